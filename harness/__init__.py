@@ -1,0 +1,1 @@
+"""Replay, chunking strategies, invariants and benchmarks for the artifact gateway."""
