@@ -1,0 +1,190 @@
+"""Streaming path rewriter (sans-IO).
+
+Strategy
+--------
+``feed(text)`` appends to a small held buffer and asks the detector for the next
+path. Everything before a possible path start goes out at once; a complete path
+goes out as its replacement; only the tail from a possible start onward is held,
+never more than ``max_path_chars`` (past that an overlong path is consumed to its
+end keeping only its last segment, see :class:`gateway.paths.OverlongPath`).
+
+The detector needs up to two characters before a start (boundary and opener), so
+the buffer handed to it is ``history + held + new`` with the history marked as
+already emitted. Every decision depends only on the characters, never on where a
+chunk ended; therefore for any chunking ``feed(a) + feed(b) + ... + flush()`` equals
+``rewrite(a + b + ...)``, and no emitted prefix ever contains a raw path: a path
+is either held whole or replaced whole.
+
+What a path becomes is the resolver's decision (``path -> url | None``); the
+rewriter only formats it: ``[name](url)`` in prose, the bare url inside quotes,
+code spans, angle brackets and markdown link targets, the name alone inside link
+text or when the resolver declines. The async glue uses :meth:`feed_pieces`, which
+hands back unresolved :class:`PathMatch` objects so resolution can run off the
+event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from gateway.paths import (
+    DEFAULT_MAX_PATH_CHARS,
+    Clear,
+    Context,
+    Found,
+    NeedMore,
+    OverlongPath,
+    PathDetector,
+    PathMatch,
+)
+
+Resolver = Callable[[str], "str | None"]
+Piece = str | PathMatch
+
+__all__ = ["Piece", "Resolver", "StreamRewriter", "name_only", "render", "rewrite"]
+
+
+def name_only(path: str) -> None:
+    """The default resolver: never a link, so every path becomes its file name."""
+    return None
+
+
+def _md_escape(name: str) -> str:
+    return name.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
+
+
+def render(match: PathMatch, url: str | None) -> str:
+    """The text that replaces ``match`` given the resolver's answer."""
+    if url is None or match.context is Context.LINK_TEXT:
+        text = match.name
+    elif match.context is Context.QUOTED:
+        text = url
+    else:
+        text = f"[{_md_escape(match.name)}]({url})"
+    return text + match.suffix
+
+
+class StreamRewriter:
+    """Incremental rewriter: ``feed(text) -> str`` safe to emit now, ``flush() -> str``.
+
+    Not thread-safe; one instance per text channel (one per choice's content, one
+    per tool-call argument string, ...).
+    """
+
+    def __init__(
+        self,
+        resolver: Resolver | None = None,
+        *,
+        detector: PathDetector | None = None,
+        extra_roots: Iterable[str] = (),
+        max_path_chars: int = DEFAULT_MAX_PATH_CHARS,
+    ) -> None:
+        self._resolve: Resolver = resolver or name_only
+        self._detector = detector or PathDetector.shared(tuple(extra_roots), max_path_chars)
+        self._hist = ""  # up to two raw characters already emitted (context only)
+        self._held = ""  # raw text not yet emitted
+        self._skip: OverlongPath | None = None
+        self._closed = False
+        self.paths_seen = 0
+
+    @property
+    def held_chars(self) -> int:
+        """How many characters are held back right now."""
+        return len(self._held)
+
+    @property
+    def holding(self) -> bool:
+        return bool(self._held) or self._skip is not None
+
+    def feed_pieces(self, text: str) -> list[Piece]:
+        """Like :meth:`feed` but paths come back unresolved."""
+        if self._closed:
+            raise RuntimeError("feed() after flush()")
+        return self._run(text, final=False)
+
+    def flush_pieces(self) -> list[Piece]:
+        """End of the stream: everything held is decided and returned."""
+        if self._closed:
+            return []
+        out = self._run("", final=True)
+        self._closed = True
+        return out
+
+    def feed(self, text: str) -> str:
+        """Feed text; return what is safe to emit now (paths already replaced)."""
+        return self._join(self.feed_pieces(text))
+
+    def flush(self) -> str:
+        """End the stream; return the rest (held paths resolved or reduced to names)."""
+        return self._join(self.flush_pieces())
+
+    def _join(self, pieces: list[Piece]) -> str:
+        return "".join(
+            p if isinstance(p, str) else render(p, None if p.overlong else self._resolve(p.path))
+            for p in pieces
+        )
+
+    def _run(self, text: str, final: bool) -> list[Piece]:
+        out: list[Piece] = []
+        if self._skip is not None:
+            done = self._skip.feed(text, final)
+            if done is None:
+                return out
+            used, match, _ = done
+            self.paths_seen += 1
+            out.append(match)
+            self._hist = self._skip.tail
+            self._skip = None
+            text = text[used:]
+        buf = self._hist + self._held + text
+        pos = len(self._hist)
+        detector = self._detector
+        while True:
+            res = detector.scan(buf, pos, final)
+            if type(res) is Found:
+                if res.start > pos:
+                    out.append(buf[pos : res.start])
+                self.paths_seen += 1
+                out.append(res.match)
+                pos = res.end
+                continue
+            if isinstance(res, Clear):
+                if res.end > pos:
+                    out.append(buf[pos : res.end])
+                self._keep(buf, res.end)
+                return out
+            if res.start > pos:
+                out.append(buf[pos : res.start])
+            if isinstance(res, Found):
+                self.paths_seen += 1
+                out.append(res.match)
+                pos = res.end
+                continue
+            if isinstance(res, NeedMore):
+                self._keep(buf, res.start)
+                return out
+            # Overlong: consume it to its end, keeping only its name.
+            skip = OverlongPath()
+            done = skip.feed(buf[res.start :], final)
+            if done is None:
+                self._skip = skip
+                self._held = ""
+                self._hist = ""
+                return out
+            raise AssertionError("detector reported Overlong for a path that ends")  # pragma: no cover
+
+    def _keep(self, buf: str, at: int) -> None:
+        self._held = buf[at:]
+        self._hist = buf[max(0, at - 2) : at]
+
+
+def rewrite(
+    text: str,
+    resolver: Resolver | None = None,
+    *,
+    extra_roots: Iterable[str] = (),
+    max_path_chars: int = DEFAULT_MAX_PATH_CHARS,
+) -> str:
+    """One-shot rewrite of a whole string (same result as any streaming chunking)."""
+    rw = StreamRewriter(resolver, extra_roots=extra_roots, max_path_chars=max_path_chars)
+    return rw.feed(text) + rw.flush()

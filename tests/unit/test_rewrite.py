@@ -1,0 +1,296 @@
+"""Streaming rewriter and path detector.
+
+Every case runs whole, byte by byte, at every split point (and every pair of split
+points for short inputs), and with seeded random splits; the streamed output must
+equal the one-shot rewrite and the corpus expectation, and no emitted prefix may
+contain a host-local path (checked with the detector itself and, independently, with
+secret folder names that must never appear).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.paths import Context, PathDetector, PathMatch, file_name
+from gateway.rewrite import StreamRewriter, render, rewrite
+
+CORPUS = json.loads((Path(__file__).parent.parent / "data" / "path_corpus.json").read_text())
+ROOTS = ["/workspace", "/data/artifacts"]
+URL = "https://gw.example/v1/artifacts/"
+
+
+def link_resolver(path: str) -> str:
+    return URL + str(abs(hash(path)) % 10_000)
+
+
+def chunkings(text: str, seed: int = 0) -> Iterator[list[str]]:
+    """Whole, byte by byte, every split point, every pair (short texts), seeded random."""
+    yield [text]
+    yield list(text)
+    n = len(text)
+    for i in range(1, n):
+        yield [text[:i], text[i:]]
+    if n <= 40:
+        for i in range(1, n):
+            for j in range(i + 1, n):
+                yield [text[:i], text[i:j], text[j:]]
+    rnd = random.Random(seed)
+    for _ in range(20):
+        cuts = sorted(rnd.sample(range(1, n), min(n - 1, rnd.randint(1, 6)))) if n > 1 else []
+        bounds = [0, *cuts, n]
+        yield [text[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def leaked(prefix: str) -> list[str]:
+    """Host-local paths found in emitted text (there must be none)."""
+    seen: list[str] = []
+
+    def spy(path: str) -> None:
+        seen.append(path)
+
+    rewrite(prefix, spy, extra_roots=ROOTS)
+    return seen
+
+
+def stream(chunks: list[str], resolver=None) -> tuple[str, list[str]]:  # type: ignore[no-untyped-def]
+    rw = StreamRewriter(resolver, extra_roots=ROOTS)
+    outs = [rw.feed(c) for c in chunks]
+    outs.append(rw.flush())
+    return "".join(outs), outs
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=[f"{i}:{c['note'] or c['text'][:30]}" for i, c in enumerate(CORPUS)])
+def test_corpus_one_shot(case: dict[str, object]) -> None:
+    seen: list[str] = []
+
+    def spy(path: str) -> None:
+        seen.append(path)
+
+    assert rewrite(str(case["text"]), spy, extra_roots=ROOTS) == case["expect"]
+    assert seen == case["paths"]
+
+
+def test_corpus_is_big_enough() -> None:
+    positives = [c for c in CORPUS if c["paths"] or c["text"] != c["expect"]]
+    negatives = [c for c in CORPUS if c["text"] == c["expect"]]
+    assert len(CORPUS) >= 80
+    assert len(positives) >= 40 and len(negatives) >= 20
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=[str(i) for i in range(len(CORPUS))])
+def test_corpus_every_chunking(case: dict[str, object]) -> None:
+    text = str(case["text"])
+    if len(text) > 300:  # the overlong cases: whole, byte by byte and random only
+        chunk_sets: list[list[str]] = [[text], list(text)]
+        rnd = random.Random(1)
+        for _ in range(10):
+            cuts = sorted(rnd.sample(range(1, len(text)), 8))
+            b = [0, *cuts, len(text)]
+            chunk_sets.append([text[x:y] for x, y in itertools.pairwise(b)])
+    else:
+        chunk_sets = list(chunkings(text))
+    for resolver, expect in ((None, case["expect"]), (link_resolver, rewrite(text, link_resolver, extra_roots=ROOTS))):
+        for chunks in chunk_sets:
+            out, outs = stream(chunks, resolver)
+            assert out == expect, chunks
+            if len(text) <= 300:
+                acc = ""
+                for piece in outs:
+                    acc += piece
+                    assert not leaked(acc), (chunks, acc)
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        ("see /tmp/a.txt now", f"see [a.txt]({URL}x) now"),
+        ("`/tmp/a.txt`", f"`{URL}x`"),
+        ('"/tmp/a.txt"', f'"{URL}x"'),
+        ("</tmp/a.txt>", f"<{URL}x>"),
+        ("[doc](/tmp/a.txt)", f"[doc]({URL}x)"),
+        ("[/tmp/a.txt]", "[a.txt]"),
+        ("/tmp/odd[1].txt", f"[odd\\[1\\].txt]({URL}x)"),
+    ],
+)
+def test_link_rendering(text: str, expect: str) -> None:
+    assert rewrite(text, lambda p: URL + "x") == expect
+
+
+def test_render_suffix_and_contexts() -> None:
+    m = PathMatch("/tmp/a", "/tmp/a", "a", Context.PROSE)
+    assert render(m, None) == "a"
+    assert render(m, "U") == "[a](U)"
+    assert render(PathMatch("", "", "n", Context.PROSE, overlong=True, suffix="."), None) == "n."
+
+
+def test_file_name_rules() -> None:
+    assert file_name("/Users/alice/out/r.pdf") == "r.pdf"
+    assert file_name("/Users/alice") == "~"
+    assert file_name("C:\\Users\\bob\\") == "~"
+    assert file_name("/tmp/out/") == "out"
+    assert file_name("\\\\srv\\share\\x.txt") == "x.txt"
+
+
+# --- invariant 3: no delay for ordinary text ------------------------------------
+
+ORDINARY = [
+    "Hello",
+    " there",
+    ", how are",
+    " you today?",
+    " The answer is 42.",
+    "\n\nNext paragraph",
+    " — with unicode ✓ and 中文",
+    " and/or 1/2",
+    " https://example.com/docs",
+]
+
+
+def test_ordinary_deltas_go_out_in_the_same_write() -> None:
+    rw = StreamRewriter()
+    for delta in ORDINARY:
+        assert rw.feed(delta) == delta
+        assert rw.held_chars == 0
+    assert rw.flush() == ""
+
+
+@pytest.mark.parametrize(
+    ("delta", "held"),
+    [(" a", "a"), (" the fil", "fil"), ("x /", "/"), ("x /Us", "/Us"), ("see C", "C"), ("see C:", "C:"), ("~", "~")],
+)
+def test_only_a_possible_start_is_held(delta: str, held: str) -> None:
+    rw = StreamRewriter()
+    out = rw.feed(delta)
+    assert out + held == delta
+    assert rw.held_chars == len(held)
+    assert rw.flush() == held
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(blacklist_characters="/~\\:", blacklist_categories=["Cs"]), max_size=200))
+def test_text_without_triggers_is_held_at_most_a_word_start(text: str) -> None:
+    rw = StreamRewriter()
+    out = rw.feed(text)
+    assert text.startswith(out)
+    held = text[len(out) :]
+    assert len(held) <= 4
+    assert held == "" or (held[-1].isascii() and held.lower() in {"f", "fi", "fil", "file"} | {held.lower()[:1]})
+    assert out + rw.flush() == text
+
+
+# --- bounds ---------------------------------------------------------------------
+
+
+def test_hold_is_bounded_for_endless_paths() -> None:
+    det = PathDetector(max_path_chars=256)
+    rw = StreamRewriter(detector=det)
+    out = [rw.feed("see /tmp/")]
+    for _ in range(5000):
+        out.append(rw.feed("ab/"))
+        assert rw.held_chars <= 256 + 8
+    out.append(rw.feed("last.txt. tail"))
+    out.append(rw.flush())
+    text = "".join(out)
+    assert text == "see last.txt. tail"
+
+
+def test_unclosed_quote_is_bounded() -> None:
+    rw = StreamRewriter(detector=PathDetector(max_path_chars=128))
+    out = rw.feed('say "/tmp/a')
+    for _ in range(200):
+        out += rw.feed("b")
+        assert rw.held_chars <= 130
+    out += rw.feed(" x") + rw.flush()
+    assert out == 'say "a' + "b" * 200 + " x"
+
+
+def test_feed_after_flush_is_an_error() -> None:
+    rw = StreamRewriter()
+    rw.flush()
+    with pytest.raises(RuntimeError):
+        rw.feed("x")
+    assert rw.flush() == ""
+
+
+# --- properties -------------------------------------------------------------------
+
+SECRET = "SECRETDIR"
+PATH_TEMPLATES = [
+    "/Users/{s}/out/report.pdf",
+    "/home/{s}/plot.png",
+    "/tmp/{s}/a b/c.txt",
+    "~/{s}/notes.md",
+    "file:///Users/{s}/My%20File.pdf",
+    "C:\\Users\\{s}\\Desktop\\x.png",
+    "C:/Users/{s}/x.png",
+    "\\\\srv\\{s}\\share.txt",
+    "C:\\\\Users\\\\{s}\\\\esc.txt",
+    "/workspace/{s}/out.csv",
+    "/tmp/{s}/报告.pdf",
+]
+PROSE = st.lists(
+    st.sampled_from([*list("abc xyz.,;:!?()[]`'\"<>*|/\\~-_\n\t0123456789文字。，é"), "file", "C:", "https://", "/tmp"]),
+    max_size=15,
+).map("".join)
+OPENERS = st.sampled_from([" ", " `", ' "', " '", " <", " [x](", " (", "\n", "。", " [", " **"])
+CLOSERS = st.sampled_from(["", " ", "`", '"', "'", ">", ")", "]", ".", ". ", ",", "**", "\n", "。"])
+
+
+@st.composite
+def texts_with_paths(draw: st.DrawFn) -> str:
+    parts: list[str] = []
+    for _ in range(draw(st.integers(1, 4))):
+        parts.append(draw(PROSE))
+        tpl = draw(st.sampled_from(PATH_TEMPLATES))
+        parts.append(draw(OPENERS) + tpl.format(s=SECRET) + draw(CLOSERS))
+    parts.append(draw(PROSE))
+    return "".join(parts)
+
+
+@st.composite
+def split(draw: st.DrawFn, text: str) -> list[str]:
+    cuts = sorted(set(draw(st.lists(st.integers(0, len(text)), max_size=12))))
+    bounds = [0, *cuts, len(text)]
+    return [text[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_property_no_leak_and_chunking_invariance(data: st.DataObject) -> None:
+    text = data.draw(texts_with_paths())
+    chunks = data.draw(split(text))
+    for resolver in (None, link_resolver):
+        one_shot = rewrite(text, resolver, extra_roots=ROOTS)
+        out, outs = stream(chunks, resolver)
+        assert out == one_shot
+        acc = ""
+        for piece in outs:
+            acc += piece
+            assert SECRET not in acc, (chunks, acc)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=120), st.data())
+def test_property_arbitrary_text_is_chunking_invariant(text: str, data: st.DataObject) -> None:
+    chunks = data.draw(split(text))
+    out, _ = stream(chunks, link_resolver)
+    assert out == rewrite(text, link_resolver, extra_roots=ROOTS)
+
+
+def test_same_path_same_resolution_in_every_context() -> None:
+    seen: list[str] = []
+
+    def spy(path: str) -> str:
+        seen.append(path)
+        return URL + "1"
+
+    rewrite("a /tmp/r.pdf b `/tmp/r.pdf` [x](/tmp/r.pdf) \"/tmp/r.pdf\"", spy)
+    assert seen == ["/tmp/r.pdf"] * 4
