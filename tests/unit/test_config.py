@@ -1,0 +1,743 @@
+"""Tests for gateway.config: defaults, file + env precedence, and every refusal."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.config import (
+    DEFAULT_DENIED,
+    ENV_OVERRIDES,
+    Config,
+    KeyEntry,
+    Mount,
+    config_from_dict,
+    load_config,
+    parse_bind,
+)
+from gateway.errors import ConfigError
+
+# Copied verbatim from DESIGN.md, section "Configuration".
+DESIGN_EXAMPLE = """\
+state_dir = "~/.local/state/artifact-gateway"   # sqlite db, signing secret (0600, made on first run)
+
+[server]
+bind = "127.0.0.1:8642"
+public_base_url = "http://127.0.0.1:8642"      # absolute origin used in every minted link
+
+[upstream]
+base_url = "http://127.0.0.1:9000/v1"          # OpenAI-compatible; /chat/completions is called
+api_key = ""                                   # optional bearer sent upstream
+
+[artifacts]
+roots = ["~/.agent/artifacts"]                 # only files under these roots get links
+default_link_mode = "private"                  # private | public
+public_ttl_seconds = 604800
+max_bytes = 104857600
+
+[[artifacts.mounts]]                           # the agent sees /workspace, the host has the files elsewhere
+agent_prefix = "/workspace"
+host_dir = "/srv/agent/workspace"
+
+[[auth.keys]]                                  # bearer keys accepted by the API server
+key = "change-me-alice-0123456789"
+principal = "alice"
+role = "user"                                  # user | proxy (proxy may assert an owner)
+
+[proxy]
+bind = "127.0.0.1:8653"
+gateway_url = "http://127.0.0.1:8642"
+gateway_key = "change-me-proxy-0123456789"     # a role=proxy key of the gateway
+client_keys = ["change-me-openwebui-0123456789"]  # keys Open WebUI uses to call the proxy
+openwebui_jwt_secret = ""                      # verifies X-OpenWebUI-User-Jwt when set
+"""
+
+ALICE_KEY = "alice-key-0123456789abcdef"
+BOB_KEY = "bob-key-0123456789abcdef"
+PROXY_KEY = "proxy-key-0123456789abcdef"
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fake home directory, so '~' expands somewhere predictable."""
+    h = tmp_path / "home"
+    h.mkdir()
+    monkeypatch.setenv("HOME", str(h))
+    for var in [*ENV_OVERRIDES, "GATEWAY_CONFIG"]:
+        monkeypatch.delenv(var, raising=False)
+    return h.resolve()
+
+
+def valid_data(tmp_path: Path) -> dict[str, Any]:
+    """A complete, valid configuration touching every section."""
+    return {
+        "state_dir": str(tmp_path / "state"),
+        "server": {"bind": "127.0.0.1:9100", "public_base_url": "https://gw.example.com"},
+        "upstream": {"base_url": "http://127.0.0.1:9200/v1", "api_key": "sk-up"},
+        "artifacts": {
+            "roots": [str(tmp_path / "art")],
+            "default_link_mode": "public",
+            "public_ttl_seconds": 60,
+            "max_bytes": 1000,
+            "mounts": [{"agent_prefix": "/workspace", "host_dir": str(tmp_path / "ws")}],
+        },
+        "auth": {
+            "keys": [
+                {"key": ALICE_KEY, "principal": "alice", "role": "user"},
+                {"key": PROXY_KEY, "principal": "proxy", "role": "proxy"},
+            ]
+        },
+        "proxy": {
+            "bind": "127.0.0.1:9300",
+            "gateway_url": "http://127.0.0.1:9100",
+            "gateway_key": PROXY_KEY,
+            "client_keys": ["openwebui-key-0123456789"],
+            "openwebui_jwt_secret": "s3cret",
+            "trust_user_headers": False,
+        },
+        "limits": {"max_path_chars": 100, "max_event_bytes": 2000},
+    }
+
+
+def write_toml(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------- defaults
+
+
+def test_defaults(home: Path) -> None:
+    cfg = load_config(env={})
+    assert cfg == config_from_dict({})
+    assert cfg.state_dir == home / ".local/state/artifact-gateway"
+    assert cfg.server.bind == "127.0.0.1:8642"
+    assert (cfg.server.host, cfg.server.port) == ("127.0.0.1", 8642)
+    assert cfg.server.public_base_url == "http://127.0.0.1:8642"
+    assert cfg.server.keepalive_seconds == 15.0
+    assert cfg.server.drain_timeout_seconds == 10.0
+    assert cfg.server.max_body_bytes == 4 * 1024 * 1024
+    assert cfg.server.write_timeout_seconds == 10.0
+    assert cfg.upstream.base_url == "http://127.0.0.1:9000/v1"
+    assert cfg.upstream.api_key == ""
+    assert cfg.upstream.connect_timeout_seconds == 10.0
+    assert cfg.upstream.idle_timeout_seconds == 300.0
+    assert cfg.upstream.models_cache_seconds == 60.0
+    assert cfg.artifacts.roots == (home / ".agent/artifacts",)
+    assert cfg.artifacts.default_link_mode == "private"
+    assert cfg.artifacts.public_ttl_seconds == 604800
+    assert cfg.artifacts.max_bytes == 104857600
+    assert cfg.artifacts.mounts == ()
+    assert cfg.artifacts.denied == DEFAULT_DENIED
+    assert {".ssh", ".gnupg", ".aws", ".config/gcloud", ".netrc", ".env"} <= set(DEFAULT_DENIED)
+    assert cfg.auth.keys == ()
+    assert cfg.proxy.bind == "127.0.0.1:8653"
+    assert (cfg.proxy.host, cfg.proxy.port) == ("127.0.0.1", 8653)
+    assert cfg.proxy.gateway_url == "http://127.0.0.1:8642"
+    assert cfg.proxy.gateway_key == ""
+    assert cfg.proxy.client_keys == ()
+    assert cfg.proxy.openwebui_jwt_secret == ""
+    assert cfg.proxy.trust_user_headers is True
+    assert cfg.limits.max_path_chars == 4096
+    assert cfg.limits.max_event_bytes == 1024 * 1024
+    assert cfg.limits.run_retention_seconds == 3600.0
+    assert cfg.limits.run_log_max_events == 10000
+
+
+def test_defaults_use_os_environ_when_env_is_none(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GATEWAY_BIND", "127.0.0.1:7000")
+    assert load_config().server.port == 7000
+    # config_from_dict is pure: env=None means no overrides at all.
+    assert config_from_dict({}).server.port == 8642
+
+
+def test_config_is_frozen_and_repr_hides_secrets(home: Path, tmp_path: Path) -> None:
+    cfg = config_from_dict(valid_data(tmp_path))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.server.bind = "0.0.0.0:1"  # type: ignore[misc]
+    text = repr(cfg)
+    for secret in (ALICE_KEY, PROXY_KEY, "openwebui-key-0123456789", "s3cret", "sk-up"):
+        assert secret not in text
+
+
+def test_loading_creates_nothing_on_disk(home: Path, tmp_path: Path) -> None:
+    config_from_dict(valid_data(tmp_path))
+    assert not (tmp_path / "state").exists()
+    assert not (tmp_path / "art").exists()
+
+
+# --------------------------------------------------------------------------- files
+
+
+def test_file_loading(home: Path, tmp_path: Path) -> None:
+    path = write_toml(
+        tmp_path / "gw.toml",
+        f"""
+state_dir = "{tmp_path / "state"}"
+
+[server]
+bind = "0.0.0.0:9000"
+public_base_url = "https://gw.example.com/prefix/"
+keepalive_seconds = 5
+max_body_bytes = 1024
+
+[upstream]
+base_url = "https://llm.example.com/v1/"
+api_key = "sk-upstream"
+idle_timeout_seconds = 12.5
+models_cache_seconds = 0
+
+[artifacts]
+roots = ["~/a", "{tmp_path / "b"}"]
+default_link_mode = "public"
+public_ttl_seconds = 3600
+max_bytes = 10
+denied = [".ssh", "*.pem"]
+
+[[artifacts.mounts]]
+agent_prefix = "/workspace/"
+host_dir = "~/ws"
+
+[[artifacts.mounts]]
+agent_prefix = 'C:\\Users\\bob\\'
+host_dir = "{tmp_path / "bob"}"
+
+[[auth.keys]]
+key = "{ALICE_KEY}"
+principal = "alice@example.com"
+
+[[auth.keys]]
+key = "{PROXY_KEY}"
+principal = "proxy:openwebui"
+role = "proxy"
+
+[proxy]
+trust_user_headers = false
+
+[limits]
+run_log_max_events = 5
+run_retention_seconds = 1.5
+""",
+    )
+    cfg = load_config(path, env={})
+    assert cfg.state_dir == (tmp_path / "state").resolve()
+    assert cfg.server.bind == "0.0.0.0:9000"
+    assert cfg.server.public_base_url == "https://gw.example.com/prefix"
+    assert cfg.server.keepalive_seconds == 5.0
+    assert isinstance(cfg.server.keepalive_seconds, float)
+    assert cfg.server.max_body_bytes == 1024
+    assert cfg.upstream.base_url == "https://llm.example.com/v1"
+    assert cfg.upstream.api_key == "sk-upstream"
+    assert cfg.upstream.idle_timeout_seconds == 12.5
+    assert cfg.upstream.models_cache_seconds == 0.0
+    assert cfg.artifacts.roots == (home / "a", (tmp_path / "b").resolve())
+    assert cfg.artifacts.default_link_mode == "public"
+    assert cfg.artifacts.public_ttl_seconds == 3600
+    assert cfg.artifacts.max_bytes == 10
+    assert cfg.artifacts.denied == (".ssh", "*.pem")
+    assert cfg.artifacts.mounts == (
+        Mount(agent_prefix="/workspace", host_dir=home / "ws"),
+        Mount(agent_prefix="C:\\Users\\bob", host_dir=(tmp_path / "bob").resolve()),
+    )
+    assert cfg.auth.keys == (
+        KeyEntry(key=ALICE_KEY, principal="alice@example.com", role="user"),
+        KeyEntry(key=PROXY_KEY, principal="proxy:openwebui", role="proxy"),
+    )
+    assert cfg.proxy.trust_user_headers is False
+    assert cfg.proxy.bind == "127.0.0.1:8653"  # untouched default
+    assert cfg.limits.run_log_max_events == 5
+    assert cfg.limits.run_retention_seconds == 1.5
+    assert cfg.limits.max_path_chars == 4096
+
+
+def test_design_example_loads(home: Path, tmp_path: Path) -> None:
+    cfg = load_config(write_toml(tmp_path / "design.toml", DESIGN_EXAMPLE), env={})
+    assert cfg.state_dir == home / ".local/state/artifact-gateway"
+    assert cfg.server.bind == "127.0.0.1:8642"
+    assert cfg.artifacts.roots == (home / ".agent/artifacts",)
+    assert cfg.artifacts.mounts == (
+        Mount(agent_prefix="/workspace", host_dir=Path("/srv/agent/workspace").resolve()),
+    )
+    assert cfg.auth.keys == (
+        KeyEntry(key="change-me-alice-0123456789", principal="alice", role="user"),
+    )
+    assert cfg.proxy.gateway_key == "change-me-proxy-0123456789"
+    assert cfg.proxy.client_keys == ("change-me-openwebui-0123456789",)
+    assert cfg.proxy.openwebui_jwt_secret == ""
+
+
+def test_gateway_config_env_names_the_file(home: Path, tmp_path: Path) -> None:
+    path = write_toml(tmp_path / "a.toml", '[server]\nbind = "127.0.0.1:1111"\n')
+    other = write_toml(tmp_path / "b.toml", '[server]\nbind = "127.0.0.1:2222"\n')
+    assert load_config(env={"GATEWAY_CONFIG": str(path)}).server.port == 1111
+    # An explicit path beats $GATEWAY_CONFIG.
+    assert load_config(other, env={"GATEWAY_CONFIG": str(path)}).server.port == 2222
+    # An empty $GATEWAY_CONFIG counts as unset.
+    assert load_config(env={"GATEWAY_CONFIG": ""}).server.port == 8642
+
+
+def test_config_path_expands_tilde(home: Path) -> None:
+    write_toml(home / "gw.toml", '[server]\nbind = "127.0.0.1:3333"\n')
+    assert load_config("~/gw.toml", env={}).server.port == 3333
+
+
+def test_missing_file(home: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "nope.toml", env={})
+    assert info.value.key == "<file>"
+    assert "not found" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        load_config(env={"GATEWAY_CONFIG": str(tmp_path / "nope.toml")})
+    assert info.value.key == "<file>"
+
+
+def test_directory_as_file(home: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path, env={})
+    assert info.value.key == "<file>"
+
+
+def test_invalid_toml_reports_line_and_column(home: Path, tmp_path: Path) -> None:
+    path = write_toml(tmp_path / "bad.toml", '[server]\nbind = "127.0.0.1:1\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    assert info.value.key == "<file>"
+    assert "line 2" in str(info.value)
+    assert "column" in str(info.value)
+
+
+def test_non_utf8_file(home: Path, tmp_path: Path) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(b'[upstream]\napi_key = "\xe9"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    assert info.value.key == "<file>"
+
+
+# --------------------------------------------------------------------------- env
+
+
+def test_env_overrides_beat_the_file(home: Path, tmp_path: Path) -> None:
+    path = write_toml(
+        tmp_path / "gw.toml",
+        f"""
+state_dir = "{tmp_path / "file-state"}"
+[server]
+bind = "127.0.0.1:1000"
+public_base_url = "http://file.example.com"
+[upstream]
+base_url = "http://file.example.com/v1"
+[artifacts]
+roots = ["{tmp_path / "file-root"}"]
+[proxy]
+bind = "127.0.0.1:1001"
+""",
+    )
+    env = {
+        "GATEWAY_STATE_DIR": "~/env-state",
+        "GATEWAY_BIND": "[::1]:2000",
+        "GATEWAY_PUBLIC_BASE_URL": "https://env.example.com/",
+        "GATEWAY_UPSTREAM_URL": "http://env.example.com:9000/v1",
+        "GATEWAY_ARTIFACT_ROOTS": os.pathsep.join(
+            [str(tmp_path / "r1"), "", "~/r2"]  # empty parts are skipped
+        ),
+        "GATEWAY_PROXY_BIND": "0.0.0.0:2001",
+    }
+    assert set(env) == set(ENV_OVERRIDES)
+    cfg = load_config(path, env=env)
+    assert cfg.state_dir == home / "env-state"
+    assert cfg.server.bind == "[::1]:2000"
+    assert cfg.server.public_base_url == "https://env.example.com"
+    assert cfg.upstream.base_url == "http://env.example.com:9000/v1"
+    assert cfg.artifacts.roots == ((tmp_path / "r1").resolve(), home / "r2")
+    assert cfg.proxy.bind == "0.0.0.0:2001"
+    # Each variable alone overrides just its key.
+    for var, dotted in ENV_OVERRIDES.items():
+        one = load_config(path, env={var: env[var]})
+        base = load_config(path, env={})
+        section, _, key = dotted.rpartition(".")
+        assert (getattr(getattr(one, section), key) if section else getattr(one, key)) == (
+            getattr(getattr(cfg, section), key) if section else getattr(cfg, key)
+        )
+        assert one != base
+
+
+def test_empty_env_var_counts_as_unset(home: Path) -> None:
+    cfg = config_from_dict({}, env={var: "" for var in ENV_OVERRIDES})
+    assert cfg == config_from_dict({})
+
+
+def test_env_override_wins_over_a_bad_file_value(home: Path) -> None:
+    cfg = config_from_dict({"server": {"bind": "nonsense"}}, env={"GATEWAY_BIND": "[::]:0"})
+    assert (cfg.server.host, cfg.server.port) == ("::", 0)
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "key"),
+    [
+        ("GATEWAY_BIND", "localhost", "server.bind"),
+        ("GATEWAY_PUBLIC_BASE_URL", "gw.example.com", "server.public_base_url"),
+        ("GATEWAY_UPSTREAM_URL", "ftp://x/v1", "upstream.base_url"),
+        ("GATEWAY_PROXY_BIND", "127.0.0.1:99999", "proxy.bind"),
+        ("GATEWAY_STATE_DIR", "~no-such-user-xyzzy/state", "state_dir"),
+        ("GATEWAY_ARTIFACT_ROOTS", "~no-such-user-xyzzy/a", "artifacts.roots[0]"),
+        ("GATEWAY_ARTIFACT_ROOTS", os.pathsep, "artifacts.roots"),
+    ],
+)
+def test_bad_env_override_names_the_variable(home: Path, var: str, value: str, key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(env={var: value})
+    assert info.value.key == key
+    assert var in str(info.value)
+
+
+def test_file_error_does_not_name_an_env_var(home: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"server": {"bind": "nope"}}, env={"GATEWAY_PROXY_BIND": "[::1]:1"})
+    assert info.value.key == "server.bind"
+    assert "GATEWAY" not in str(info.value)
+
+
+# --------------------------------------------------------------------------- bind
+
+
+@pytest.mark.parametrize(
+    ("bind", "expected"),
+    [
+        ("127.0.0.1:8642", ("127.0.0.1", 8642)),
+        ("[::1]:8642", ("::1", 8642)),
+        ("[::]:0", ("::", 0)),
+        ("localhost:65535", ("localhost", 65535)),
+        ("0.0.0.0:0", ("0.0.0.0", 0)),
+    ],
+)
+def test_parse_bind(bind: str, expected: tuple[str, int]) -> None:
+    assert parse_bind(bind) == expected
+
+
+@pytest.mark.parametrize(
+    "bind",
+    [
+        "127.0.0.1",
+        "127.0.0.1:",
+        ":8642",
+        "127.0.0.1:65536",
+        "127.0.0.1:-1",
+        "127.0.0.1:+1",
+        "127.0.0.1:80a",
+        "127.0.0.1:" + "0" * 5000,
+        "::1:8642",
+        "[::1]8642",
+        "[::1:8642",
+        "[not-v6]:8642",
+        "bad host:80",
+        "",
+    ],
+)
+def test_parse_bind_refuses(bind: str) -> None:
+    with pytest.raises(ValueError):
+        parse_bind(bind)
+
+
+def test_ipv6_bind_in_config(home: Path) -> None:
+    cfg = config_from_dict({"server": {"bind": "[::1]:8642"}, "proxy": {"bind": "[::]:8653"}})
+    assert cfg.server.bind == "[::1]:8642"
+    assert (cfg.server.host, cfg.server.port) == ("::1", 8642)
+    assert (cfg.proxy.host, cfg.proxy.port) == ("::", 8653)
+
+
+# --------------------------------------------------------------------------- tilde
+
+
+def test_tilde_expansion(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = config_from_dict(
+        {
+            "state_dir": "~/st",
+            "artifacts": {
+                "roots": ["~/out", "~"],
+                "mounts": [{"agent_prefix": "/w", "host_dir": "~/w"}],
+            },
+        }
+    )
+    assert cfg.state_dir == home / "st"
+    assert cfg.artifacts.roots == (home / "out", home)
+    assert cfg.artifacts.mounts[0].host_dir == home / "w"
+    assert all(p.is_absolute() for p in (cfg.state_dir, *cfg.artifacts.roots))
+
+
+def test_relative_paths_are_made_absolute(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    cfg = config_from_dict({"state_dir": "rel/state", "artifacts": {"roots": ["out"]}})
+    assert cfg.state_dir == (tmp_path / "rel/state").resolve()
+    assert cfg.artifacts.roots == ((tmp_path / "out").resolve(),)
+
+
+def test_symlinked_root_is_resolved(home: Path, tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    cfg = config_from_dict({"artifacts": {"roots": [str(tmp_path / "link")]}})
+    assert cfg.artifacts.roots == (real.resolve(),)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "normalised"),
+    [
+        ("/workspace", "/workspace"),
+        ("/workspace//", "/workspace"),
+        ("/", "/"),
+        ("C:\\work", "C:\\work"),
+        ("c:/work/", "c:/work"),
+        ("D:\\", "D:\\"),
+    ],
+)
+def test_mount_prefix_forms(home: Path, tmp_path: Path, prefix: str, normalised: str) -> None:
+    cfg = config_from_dict(
+        {"artifacts": {"mounts": [{"agent_prefix": prefix, "host_dir": str(tmp_path)}]}}
+    )
+    assert cfg.artifacts.mounts[0].agent_prefix == normalised
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def merged(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``patch`` applied; a value of ``...`` deletes the key."""
+    out = copy.deepcopy(base)
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        elif value is ...:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+def keys(*entries: tuple[str, str, str]) -> dict[str, Any]:
+    return {"auth": {"keys": [{"key": k, "principal": p, "role": r} for k, p, r in entries]}}
+
+
+BAD_CASES: list[tuple[str, dict[str, Any], str]] = [
+    # unknown keys
+    ("unknown top-level section", {"sever": {}}, "sever"),
+    ("unknown top-level key", {"statedir": "/x"}, "statedir"),
+    ("unknown section key", {"server": {"bnd": "127.0.0.1:1"}}, "server.bnd"),
+    ("unknown key, far from all", {"limits": {"zzz": 1}}, "limits.zzz"),
+    ("unknown mount key", {"artifacts": {"mounts": [{"agent_prefix": "/w", "host_dir": "/w", "hostdir": "/x"}]}}, "artifacts.mounts[0].hostdir"),
+    ("unknown auth key field", {"auth": {"keys": [{"key": ALICE_KEY, "principal": "a", "rol": "user"}]}}, "auth.keys[0].rol"),
+    # wrong types
+    ("section not a table", {"server": 5}, "server"),
+    ("auth not a table", {"auth": []}, "auth"),
+    ("state_dir not a string", {"state_dir": 5}, "state_dir"),
+    ("bool is not int", {"server": {"max_body_bytes": True}}, "server.max_body_bytes"),
+    ("float is not int", {"artifacts": {"max_bytes": 1.5}}, "artifacts.max_bytes"),
+    ("bool is not a number", {"server": {"keepalive_seconds": False}}, "server.keepalive_seconds"),
+    ("string is not a number", {"upstream": {"idle_timeout_seconds": "5"}}, "upstream.idle_timeout_seconds"),
+    ("string is not a bool", {"proxy": {"trust_user_headers": "yes"}}, "proxy.trust_user_headers"),
+    ("int is not a bool", {"proxy": {"trust_user_headers": 1}}, "proxy.trust_user_headers"),
+    ("bind not a string", {"server": {"bind": 8642}}, "server.bind"),
+    ("api_key not a string", {"upstream": {"api_key": 1}}, "upstream.api_key"),
+    ("roots not an array", {"artifacts": {"roots": "/x"}}, "artifacts.roots"),
+    ("root not a string", {"artifacts": {"roots": ["/x", 1]}}, "artifacts.roots[1]"),
+    ("root empty", {"artifacts": {"roots": [""]}}, "artifacts.roots[0]"),
+    ("roots empty", {"artifacts": {"roots": []}}, "artifacts.roots"),
+    ("denied not strings", {"artifacts": {"denied": [True]}}, "artifacts.denied[0]"),
+    ("mounts not an array", {"artifacts": {"mounts": {"agent_prefix": "/w"}}}, "artifacts.mounts"),
+    ("mount not a table", {"artifacts": {"mounts": ["/w"]}}, "artifacts.mounts[0]"),
+    ("auth.keys not an array", {"auth": {"keys": {"key": ALICE_KEY}}}, "auth.keys"),
+    ("auth entry not a table", {"auth": {"keys": [ALICE_KEY]}}, "auth.keys[0]"),
+    ("client_keys not an array", {"proxy": {"client_keys": "k" * 20}}, "proxy.client_keys"),
+    # binds
+    ("bind without port", {"server": {"bind": "127.0.0.1"}}, "server.bind"),
+    ("bind port too big", {"server": {"bind": "127.0.0.1:65536"}}, "server.bind"),
+    ("bind port negative", {"server": {"bind": "127.0.0.1:-1"}}, "server.bind"),
+    ("bind bare ipv6", {"server": {"bind": "::1:8642"}}, "server.bind"),
+    ("proxy bind bad", {"proxy": {"bind": "localhost"}}, "proxy.bind"),
+    # URLs
+    ("url no scheme", {"server": {"public_base_url": "gw.example.com"}}, "server.public_base_url"),
+    ("url host:port only", {"server": {"public_base_url": "127.0.0.1:8642"}}, "server.public_base_url"),
+    ("url ftp", {"upstream": {"base_url": "ftp://x/v1"}}, "upstream.base_url"),
+    ("url no host", {"upstream": {"base_url": "http:///v1"}}, "upstream.base_url"),
+    ("url empty", {"proxy": {"gateway_url": ""}}, "proxy.gateway_url"),
+    ("url bad port", {"proxy": {"gateway_url": "http://h:99999"}}, "proxy.gateway_url"),
+    ("url credentials", {"server": {"public_base_url": "https://u:p@gw.example.com"}}, "server.public_base_url"),
+    ("url query", {"server": {"public_base_url": "https://gw.example.com/?a=1"}}, "server.public_base_url"),
+    ("url fragment", {"server": {"public_base_url": "https://gw.example.com/#x"}}, "server.public_base_url"),
+    ("url with space", {"upstream": {"base_url": "http://h/ v1"}}, "upstream.base_url"),
+    # link mode
+    ("link mode unknown", {"artifacts": {"default_link_mode": "shared"}}, "artifacts.default_link_mode"),
+    ("link mode case", {"artifacts": {"default_link_mode": "Private"}}, "artifacts.default_link_mode"),
+    # non-positive numbers
+    ("ttl zero", {"artifacts": {"public_ttl_seconds": 0}}, "artifacts.public_ttl_seconds"),
+    ("ttl negative", {"artifacts": {"public_ttl_seconds": -5}}, "artifacts.public_ttl_seconds"),
+    ("max_bytes zero", {"artifacts": {"max_bytes": 0}}, "artifacts.max_bytes"),
+    ("max_path_chars zero", {"limits": {"max_path_chars": 0}}, "limits.max_path_chars"),
+    ("max_event_bytes negative", {"limits": {"max_event_bytes": -1}}, "limits.max_event_bytes"),
+    ("retention zero", {"limits": {"run_retention_seconds": 0}}, "limits.run_retention_seconds"),
+    ("run log zero", {"limits": {"run_log_max_events": 0}}, "limits.run_log_max_events"),
+    ("body zero", {"server": {"max_body_bytes": 0}}, "server.max_body_bytes"),
+    ("keepalive zero", {"server": {"keepalive_seconds": 0}}, "server.keepalive_seconds"),
+    ("drain negative", {"server": {"drain_timeout_seconds": -1.0}}, "server.drain_timeout_seconds"),
+    ("write timeout nan", {"server": {"write_timeout_seconds": float("nan")}}, "server.write_timeout_seconds"),
+    ("connect timeout inf", {"upstream": {"connect_timeout_seconds": float("inf")}}, "upstream.connect_timeout_seconds"),
+    ("models cache negative", {"upstream": {"models_cache_seconds": -1}}, "upstream.models_cache_seconds"),
+    # auth keys
+    ("duplicate key", keys((ALICE_KEY, "alice", "user"), (ALICE_KEY, "bob", "user")), "auth.keys[1].key"),
+    ("short key", keys(("short-key-012345", "alice", "user"), ("x" * 15, "bob", "user")), "auth.keys[1].key"),
+    ("key with space", keys(("alice key 0123456789abc", "alice", "user")), "auth.keys[0].key"),
+    ("key missing", {"auth": {"keys": [{"principal": "alice"}]}}, "auth.keys[0].key"),
+    ("principal missing", {"auth": {"keys": [{"key": ALICE_KEY}]}}, "auth.keys[0].principal"),
+    ("principal empty", keys((ALICE_KEY, "", "user")), "auth.keys[0].principal"),
+    ("principal space", keys((ALICE_KEY, "al ice", "user")), "auth.keys[0].principal"),
+    ("principal slash", keys((ALICE_KEY, "alice/bob", "user")), "auth.keys[0].principal"),
+    ("principal non-ascii", keys((ALICE_KEY, "alicé", "user")), "auth.keys[0].principal"),
+    ("role unknown", keys((ALICE_KEY, "alice", "user"), (BOB_KEY, "bob", "admin")), "auth.keys[1].role"),
+    ("proxy gateway_key short", {"proxy": {"gateway_key": "short"}}, "proxy.gateway_key"),
+    ("proxy client key short", {"proxy": {"client_keys": ["short"]}}, "proxy.client_keys[0]"),
+    ("proxy client key duplicate", {"proxy": {"client_keys": [BOB_KEY, BOB_KEY]}}, "proxy.client_keys[1]"),
+    # mounts
+    ("mount prefix relative", {"artifacts": {"mounts": [{"agent_prefix": "workspace", "host_dir": "/w"}]}}, "artifacts.mounts[0].agent_prefix"),
+    ("mount prefix drive-relative", {"artifacts": {"mounts": [{"agent_prefix": "C:work", "host_dir": "/w"}]}}, "artifacts.mounts[0].agent_prefix"),
+    ("mount prefix empty", {"artifacts": {"mounts": [{"agent_prefix": "", "host_dir": "/w"}]}}, "artifacts.mounts[0].agent_prefix"),
+    ("mount prefix missing", {"artifacts": {"mounts": [{"host_dir": "/w"}]}}, "artifacts.mounts[0].agent_prefix"),
+    ("mount prefix duplicate", {"artifacts": {"mounts": [{"agent_prefix": "/w", "host_dir": "/a"}, {"agent_prefix": "/w/", "host_dir": "/b"}]}}, "artifacts.mounts[1].agent_prefix"),
+    ("mount host_dir relative", {"artifacts": {"mounts": [{"agent_prefix": "/w", "host_dir": "rel/dir"}]}}, "artifacts.mounts[0].host_dir"),
+    ("mount host_dir missing", {"artifacts": {"mounts": [{"agent_prefix": "/w"}]}}, "artifacts.mounts[0].host_dir"),
+    ("mount host_dir unknown user", {"artifacts": {"mounts": [{"agent_prefix": "/w", "host_dir": "~no-such-user-xyzzy/w"}]}}, "artifacts.mounts[0].host_dir"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("patch", "key"), [c[1:] for c in BAD_CASES], ids=[c[0] for c in BAD_CASES]
+)
+def test_refused(home: Path, tmp_path: Path, patch: dict[str, Any], key: str) -> None:
+    base = valid_data(tmp_path)
+    good = config_from_dict(base)
+    snapshot = copy.deepcopy(good)
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(merged(base, patch))
+    assert info.value.key == key
+    assert f"config key {key!r}" in str(info.value)
+    # Nothing half-applied: no side effects, the earlier config is untouched, and
+    # the same file without the bad patch still loads.
+    assert good == snapshot
+    assert not (tmp_path / "state").exists()
+    assert config_from_dict(base) == good
+
+
+@pytest.mark.parametrize(
+    ("patch", "key"), [c[1:] for c in BAD_CASES], ids=[c[0] for c in BAD_CASES]
+)
+def test_refused_from_file(home: Path, tmp_path: Path, patch: dict[str, Any], key: str) -> None:
+    """The same refusals through load_config with a real TOML file."""
+    data = merged(valid_data(tmp_path), patch)
+    if _has_non_toml_value(data):
+        pytest.skip("value not representable in TOML")
+    path = write_toml(tmp_path / "gw.toml", _to_toml(data))
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={})
+    assert info.value.key == key
+
+
+def test_did_you_mean(home: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"server": {"bnd": "127.0.0.1:1"}})
+    assert "unknown key" in str(info.value)
+    assert "did you mean 'server.bind'" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"upstrem": {}})
+    assert "did you mean 'upstream'" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"bind": "127.0.0.1:1"})
+    assert info.value.key == "bind"
+    assert "[server]" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"limits": {"zzz": 1}})
+    assert "did you mean" not in str(info.value)
+
+
+def test_messages_never_echo_keys(home: Path) -> None:
+    for data in (
+        keys((ALICE_KEY, "alice", "user"), (ALICE_KEY, "bob", "user")),
+        keys(("tooshort-secret", "alice", "user")),
+        {"proxy": {"client_keys": [BOB_KEY, BOB_KEY]}},
+        {"proxy": {"gateway_key": "tooshort-secret"}},
+    ):
+        with pytest.raises(ConfigError) as info:
+            config_from_dict(data)
+        assert ALICE_KEY not in str(info.value)
+        assert BOB_KEY not in str(info.value)
+        assert "tooshort-secret" not in str(info.value)
+
+
+def test_first_error_wins_and_nothing_is_returned(home: Path, tmp_path: Path) -> None:
+    path = write_toml(
+        tmp_path / "gw.toml",
+        f"""
+state_dir = "{tmp_path / "state"}"
+[server]
+bind = "127.0.0.1:1234"
+[artifacts]
+default_link_mode = "shared"
+""",
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path, env={"GATEWAY_BIND": "127.0.0.1:5678"})
+    assert info.value.key == "artifacts.default_link_mode"
+    assert not (tmp_path / "state").exists()
+
+
+def test_config_error_is_a_gateway_error() -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"server": {"bind": "x"}})
+    assert info.value.code == "invalid_config"
+    assert isinstance(info.value.to_dict(), dict)
+    assert isinstance(config_from_dict({}), Config)
+
+
+# --------------------------------------------------------------------------- tiny TOML writer
+
+
+def _has_non_toml_value(value: object) -> bool:
+    if isinstance(value, float):
+        return False
+    if isinstance(value, dict):
+        return any(_has_non_toml_value(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_non_toml_value(v) for v in value)
+    return not isinstance(value, str | int | bool)
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if value != value:
+            return "nan"
+        if value in (float("inf"), float("-inf")):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f'"{k}" = {_toml_value(v)}' for k, v in value.items()) + "}"
+    raise TypeError(type(value))
+
+
+def _to_toml(data: dict[str, Any]) -> str:
+    lines = [f'"{k}" = {_toml_value(v)}' for k, v in data.items()]
+    return "\n".join(lines) + "\n"
