@@ -54,6 +54,7 @@ def main() -> int:
     if cmd == "lint":
         ensure_venv()
         rc = run([str(PY), "-m", "ruff", "check", "gateway", "harness", "tests"])
+        rc |= run([str(PY), "-m", "ruff", "format", "--check", "gateway", "harness", "tests"])
         rc |= run([str(PY), "-m", "mypy"])
         return rc
     if cmd == "bench":

@@ -133,8 +133,10 @@ def file_name(path: str) -> str:
         folder, name = trimmed[:cut].rstrip("/\\"), trimmed[cut + 1 :]
     else:
         folder, _, name = trimmed.rpartition("/")
-    if folder in _HOME_PARENTS or trimmed == "/root" or (
-        folder[1:2] == ":" and _WIN_HOME_PARENT.fullmatch(folder.rstrip("/\\"))
+    if (
+        folder in _HOME_PARENTS
+        or trimmed == "/root"
+        or (folder[1:2] == ":" and _WIN_HOME_PARENT.fullmatch(folder.rstrip("/\\")))
     ):
         return "~"
     return name or "~"
@@ -265,7 +267,9 @@ class PathDetector:
 
     @staticmethod
     @functools.lru_cache(maxsize=64)
-    def shared(extra_roots: tuple[str, ...] = (), max_path_chars: int = DEFAULT_MAX_PATH_CHARS) -> PathDetector:
+    def shared(
+        extra_roots: tuple[str, ...] = (), max_path_chars: int = DEFAULT_MAX_PATH_CHARS
+    ) -> PathDetector:
         """A cached detector for these settings (building one compiles a regex)."""
         return PathDetector(extra_roots, max_path_chars=max_path_chars)
 
@@ -298,8 +302,10 @@ class PathDetector:
             m = self._root_re.match(buf, k)
             if m is None:
                 frag = buf[k:]
-                if not final and len(frag) < self.max_start_chars and any(
-                    r.startswith(frag) for r in self._roots
+                if (
+                    not final
+                    and len(frag) < self.max_start_chars
+                    and any(r.startswith(frag) for r in self._roots)
                 ):
                     return "more", k, 0
                 return "no", 0, 0
@@ -361,9 +367,9 @@ class PathDetector:
             if i < lo:
                 continue
             frag = buf[i:].lower()
-            if (
-                "file".startswith(frag) or (size == 1 and "a" <= frag <= "z")
-            ) and is_boundary(buf[i - 1] if i > 0 else ""):
+            if ("file".startswith(frag) or (size == 1 and "a" <= frag <= "z")) and is_boundary(
+                buf[i - 1] if i > 0 else ""
+            ):
                 return i
         return n
 
@@ -457,7 +463,9 @@ class PathDetector:
             if len(raw) <= b or (raw[b] in "/\\" and _NON_SEPARATOR.search(raw, b) is None):
                 return None
             path = _normalise(raw)
-            return Found(start, start + len(raw), PathMatch(raw, path, file_name(path), Context.PROSE))
+            return Found(
+                start, start + len(raw), PathMatch(raw, path, file_name(path), Context.PROSE)
+            )
         while True:
             m = _PROSE_STOP.search(buf, j)
             if m is None:

@@ -171,7 +171,9 @@ class StreamRewriter:
                 self._held = ""
                 self._hist = ""
                 return out
-            raise AssertionError("detector reported Overlong for a path that ends")  # pragma: no cover
+            raise AssertionError(
+                "detector reported Overlong for a path that ends"
+            )  # pragma: no cover
 
     def _keep(self, buf: str, at: int) -> None:
         self._held = buf[at:]

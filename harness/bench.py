@@ -24,12 +24,57 @@ BASELINE = re.compile(
     r"|~/[^\s\"'`<>]+|(?<![\w])[A-Za-z]:[\\/][^\s\"'`<>]+|\\\\[^\s\"'`<>]+|file://[^\s\"'`<>]+)"
 )
 
-WORDS = (
-    "the gateway relays every delta as soon as it arrives and only holds what could "
-    "still become a path so ordinary text is never delayed while the model writes "
-    "long answers with numbers like 42 and 3.14 punctuation, quotes 'like this' and "
-    "unicode such as café naïve 中文 ✓"
-).split()
+WORDS = [
+    "the",
+    "gateway",
+    "relays",
+    "every",
+    "delta",
+    "as",
+    "soon",
+    "as",
+    "it",
+    "arrives",
+    "and",
+    "only",
+    "holds",
+    "what",
+    "could",
+    "still",
+    "become",
+    "a",
+    "path",
+    "so",
+    "ordinary",
+    "text",
+    "is",
+    "never",
+    "delayed",
+    "while",
+    "the",
+    "model",
+    "writes",
+    "long",
+    "answers",
+    "with",
+    "numbers",
+    "like",
+    "42",
+    "and",
+    "3.14",
+    "punctuation,",
+    "quotes",
+    "'like",
+    "this'",
+    "and",
+    "unicode",
+    "such",
+    "as",
+    "café",
+    "naïve",
+    "中文",
+    "✓",
+]
 
 
 def plain_prose(n_bytes: int, seed: int = 1) -> str:
@@ -56,7 +101,9 @@ def path_dense(n_bytes: int, seed: int = 2) -> str:
     out: list[str] = []
     size = 0
     while size < n_bytes:
-        s = rnd.choice(templates).format(n=rnd.randint(0, 9999)) + rnd.choice([" ", ". ", ", ", "\n"])
+        s = rnd.choice(templates).format(n=rnd.randint(0, 9999)) + rnd.choice(
+            [" ", ". ", ", ", "\n"]
+        )
         s += " ".join(rnd.choice(WORDS) for _ in range(rnd.randint(2, 6))) + " "
         out.append(s)
         size += len(s.encode())
@@ -91,7 +138,9 @@ def bench_rewriter(mb: float) -> int:
         paths = StreamRewriter(lambda p: None)
         paths.feed(text)
         paths.flush()
-        print(f"  {name}: {nbytes / 1e6:.1f} MB, {paths.paths_seen * 1000 / nbytes:.1f} paths per KB")
+        print(
+            f"  {name}: {nbytes / 1e6:.1f} MB, {paths.paths_seen * 1000 / nbytes:.1f} paths per KB"
+        )
         base = _best(lambda t=text: sum(1 for _ in BASELINE.finditer(t)))  # type: ignore[misc]
         base_mbs = nbytes / base / 1e6
         for label, size in (("whole text", 0), ("4 KiB chunks", 4096), ("16-char deltas", 16)):

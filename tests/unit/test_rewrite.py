@@ -67,7 +67,9 @@ def stream(chunks: list[str], resolver=None) -> tuple[str, list[str]]:  # type: 
     return "".join(outs), outs
 
 
-@pytest.mark.parametrize("case", CORPUS, ids=[f"{i}:{c['note'] or c['text'][:30]}" for i, c in enumerate(CORPUS)])
+@pytest.mark.parametrize(
+    "case", CORPUS, ids=[f"{i}:{c['note'] or c['text'][:30]}" for i, c in enumerate(CORPUS)]
+)
 def test_corpus_one_shot(case: dict[str, object]) -> None:
     seen: list[str] = []
 
@@ -97,7 +99,10 @@ def test_corpus_every_chunking(case: dict[str, object]) -> None:
             chunk_sets.append([text[x:y] for x, y in itertools.pairwise(b)])
     else:
         chunk_sets = list(chunkings(text))
-    for resolver, expect in ((None, case["expect"]), (link_resolver, rewrite(text, link_resolver, extra_roots=ROOTS))):
+    for resolver, expect in (
+        (None, case["expect"]),
+        (link_resolver, rewrite(text, link_resolver, extra_roots=ROOTS)),
+    ):
         for chunks in chunk_sets:
             out, outs = stream(chunks, resolver)
             assert out == expect, chunks
@@ -164,7 +169,15 @@ def test_ordinary_deltas_go_out_in_the_same_write() -> None:
 
 @pytest.mark.parametrize(
     ("delta", "held"),
-    [(" a", "a"), (" the fil", "fil"), ("x /", "/"), ("x /Us", "/Us"), ("see C", "C"), ("see C:", "C:"), ("~", "~")],
+    [
+        (" a", "a"),
+        (" the fil", "fil"),
+        ("x /", "/"),
+        ("x /Us", "/Us"),
+        ("see C", "C"),
+        ("see C:", "C:"),
+        ("~", "~"),
+    ],
 )
 def test_only_a_possible_start_is_held(delta: str, held: str) -> None:
     rw = StreamRewriter()
@@ -175,14 +188,21 @@ def test_only_a_possible_start_is_held(delta: str, held: str) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.characters(blacklist_characters="/~\\:", blacklist_categories=["Cs"]), max_size=200))
+@given(
+    st.text(
+        alphabet=st.characters(blacklist_characters="/~\\:", blacklist_categories=["Cs"]),
+        max_size=200,
+    )
+)
 def test_text_without_triggers_is_held_at_most_a_word_start(text: str) -> None:
     rw = StreamRewriter()
     out = rw.feed(text)
     assert text.startswith(out)
     held = text[len(out) :]
     assert len(held) <= 4
-    assert held == "" or (held[-1].isascii() and held.lower() in {"f", "fi", "fil", "file"} | {held.lower()[:1]})
+    assert held == "" or (
+        held[-1].isascii() and held.lower() in {"f", "fi", "fil", "file"} | {held.lower()[:1]}
+    )
     assert out + rw.flush() == text
 
 
@@ -237,7 +257,15 @@ PATH_TEMPLATES = [
     "/tmp/{s}/报告.pdf",
 ]
 PROSE = st.lists(
-    st.sampled_from([*list("abc xyz.,;:!?()[]`'\"<>*|/\\~-_\n\t0123456789文字。，é"), "file", "C:", "https://", "/tmp"]),
+    st.sampled_from(
+        [
+            *list("abc xyz.,;:!?()[]`'\"<>*|/\\~-_\n\t0123456789文字。，é"),
+            "file",
+            "C:",
+            "https://",
+            "/tmp",
+        ]
+    ),
     max_size=15,
 ).map("".join)
 OPENERS = st.sampled_from([" ", " `", ' "', " '", " <", " [x](", " (", "\n", "。", " [", " **"])
@@ -292,5 +320,5 @@ def test_same_path_same_resolution_in_every_context() -> None:
         seen.append(path)
         return URL + "1"
 
-    rewrite("a /tmp/r.pdf b `/tmp/r.pdf` [x](/tmp/r.pdf) \"/tmp/r.pdf\"", spy)
+    rewrite('a /tmp/r.pdf b `/tmp/r.pdf` [x](/tmp/r.pdf) "/tmp/r.pdf"', spy)
     assert seen == ["/tmp/r.pdf"] * 4

@@ -1,0 +1,366 @@
+"""The API server's routes (quart-trio).
+
+Thin glue: authenticate, validate, pick the link resolver, open the upstream, and
+hand the response body to :func:`gateway.relay.relay` with the right sink. Every
+error leaves as JSON ``{"error": {"message", "type", "code"}}`` with a stable code;
+no stack trace ever reaches a client.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import trio
+from quart import Response, request
+from quart.wrappers.response import ResponseBody
+from quart_trio import QuartTrio
+from quart_trio.asgi import TrioASGIHTTPConnection
+from werkzeug.exceptions import HTTPException
+
+from gateway import __version__
+from gateway.auth import Authenticator, Caller, effective_link_mode
+from gateway.config import Config
+from gateway.errors import GatewayError, RequestError
+from gateway.fronts.chat import ChatSink
+from gateway.metrics import CONTENT_TYPE, Metrics
+from gateway.pipeline import ChatPipeline, LinkResolver, NameOnlyResolver
+from gateway.relay import RelayOptions, Sink, close_quietly, relay
+from gateway.signing import Signer
+from gateway.store import SQLiteStore, open_store
+from gateway.upstream import Upstream
+
+log = logging.getLogger("gateway")
+access_log = logging.getLogger("gateway.access")
+
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
+#: request-body keys that are the gateway's, not the upstream's
+GATEWAY_BODY_KEYS = ("download_link_mode", "session_id")
+
+ResolverFactory = Callable[[str, str], LinkResolver]
+
+
+@dataclass
+class GatewayState:
+    """Everything a request handler needs, built once per app."""
+
+    config: Config
+    upstream: Upstream
+    auth: Authenticator
+    signer: Signer
+    store: SQLiteStore
+    metrics: Metrics = field(default_factory=Metrics)
+    draining: trio.Event = field(default_factory=trio.Event)
+    resolver_factory: ResolverFactory | None = None
+    rewrite_enabled: bool = True  # harness-only switch (proves leaks are caught)
+    started: float = field(default_factory=time.time)
+
+    @property
+    def extra_roots(self) -> tuple[str, ...]:
+        roots = [str(r) for r in self.config.artifacts.roots]
+        roots += [m.agent_prefix for m in self.config.artifacts.mounts]
+        return tuple(roots)
+
+    def resolver(self, owner: str, mode: str) -> LinkResolver:
+        if self.resolver_factory is not None:
+            return self.resolver_factory(owner, mode)
+        return NameOnlyResolver(mode)
+
+    def pipeline(self, resolver: LinkResolver) -> ChatPipeline:
+        return ChatPipeline(
+            resolver,
+            extra_roots=self.extra_roots,
+            max_path_chars=self.config.limits.max_path_chars,
+            enabled=self.rewrite_enabled,
+        )
+
+    def relay_options(self) -> RelayOptions:
+        return RelayOptions(
+            keepalive_seconds=self.config.server.keepalive_seconds,
+            idle_timeout_seconds=self.config.upstream.idle_timeout_seconds,
+            max_event_bytes=self.config.limits.max_event_bytes,
+            draining=self.draining,
+        )
+
+
+class GatewayHTTPConnection(TrioASGIHTTPConnection):
+    """Adds a per-request exit stack (closed even if the body never starts) and the access log."""
+
+    async def __call__(self, receive: Any, send: Any) -> None:
+        t0 = time.perf_counter()
+        seen: dict[str, int] = {"status": 0, "bytes": 0}
+
+        async def counting_send(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                seen["status"] = message["status"]
+            elif message["type"] == "http.response.body":
+                seen["bytes"] += len(message.get("body", b""))
+            await send(message)
+
+        stack = AsyncExitStack()
+        scope: Any = self.scope
+        scope["gateway.cleanup"] = stack
+        try:
+            await super().__call__(receive, counting_send)
+        finally:
+            with trio.move_on_after(5) as cs:
+                cs.shield = True
+                await stack.aclose()
+            duration = time.perf_counter() - t0
+            route = scope.get("gateway.route", "unmatched")
+            state: GatewayState | None = getattr(self.app, "gateway", None)
+            if state is not None:
+                state.metrics.requests.labels(route, str(seen["status"])).inc()
+                state.metrics.latency.labels(route).observe(duration)
+                state.metrics.bytes_out.labels(route).inc(seen["bytes"])
+            access_log.info(
+                "principal=%s method=%s path=%s route=%s status=%d bytes=%d duration_ms=%.1f",
+                scope.get("gateway.principal", "-"),
+                scope.get("method", "-"),
+                scope.get("path", "-"),
+                route,
+                seen["status"],
+                seen["bytes"],
+                duration * 1000,
+            )
+
+
+class ChannelBody(ResponseBody):
+    """A response body fed by an ``@trio.as_safe_channel`` producer.
+
+    Quart sends a body as ``async with body as it: async for chunk in it``, so
+    entering the producer's context here puts its nursery in the sending task.
+    """
+
+    def __init__(
+        self,
+        channel: AbstractAsyncContextManager[trio.abc.ReceiveChannel[bytes]],
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
+        self._cm = channel
+        self._recv: trio.abc.ReceiveChannel[bytes] | None = None
+        self._on_close = on_close
+
+    async def __aenter__(self) -> ChannelBody:
+        self._recv = await self._cm.__aenter__()
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc_value: Any, tb: Any) -> None:
+        try:
+            await self._cm.__aexit__(exc_type, exc_value, tb)
+        finally:
+            if self._on_close is not None:
+                self._on_close()
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        assert self._recv is not None
+        it: AsyncIterator[bytes] = self._recv.__aiter__()
+        return it
+
+
+def error_response(exc: GatewayError) -> Response:
+    resp = Response(json.dumps(exc.to_dict()), status=exc.status, content_type="application/json")
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after:
+        resp.headers["Retry-After"] = str(retry_after)
+    if exc.status == 401:
+        resp.headers["WWW-Authenticate"] = 'Bearer realm="artifact-gateway"'
+    return resp
+
+
+def json_response(obj: Any, status: int = 200) -> Response:
+    return Response(
+        json.dumps(obj, ensure_ascii=False), status=status, content_type="application/json"
+    )
+
+
+_HTTP_CODES = {
+    404: ("not_found", "No such route on this gateway; see GET /v1/models and the API docs."),
+    405: ("method_not_allowed", "This route does not accept that HTTP method."),
+    413: ("request_too_large", "The request body is larger than the gateway accepts."),
+}
+
+
+def state() -> GatewayState:
+    from quart import current_app
+
+    st: GatewayState = current_app.gateway  # type: ignore[attr-defined]
+    return st
+
+
+def authenticate() -> Caller:
+    caller = state().auth.authenticate(request.headers)
+    request.scope["gateway.principal"] = caller.owner  # type: ignore[typeddict-unknown-key]
+    return caller
+
+
+async def json_body() -> dict[str, Any]:
+    raw = await request.get_data(as_text=False)
+    if not raw:
+        raise RequestError("The request body must be a JSON object.", code="invalid_json")
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise RequestError("The request body is not valid JSON.", code="invalid_json") from exc
+    if not isinstance(body, dict):
+        raise RequestError("The request body must be a JSON object.", code="invalid_json")
+    return body
+
+
+def validate_chat_body(body: dict[str, Any]) -> bool:
+    """Check the fields the gateway relies on; return ``stream``."""
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise RequestError("'model' must be a non-empty string.", code="missing_model")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("'messages' must be a non-empty list.", code="missing_messages")
+    if not all(isinstance(m, dict) for m in messages):
+        raise RequestError("Every entry of 'messages' must be an object.", code="invalid_messages")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError("'stream' must be true or false.", code="invalid_stream")
+    return stream
+
+
+def upstream_body(body: dict[str, Any], principal_id: str) -> dict[str, Any]:
+    out = {k: v for k, v in body.items() if k not in GATEWAY_BODY_KEYS}
+    out["user"] = principal_id
+    return out
+
+
+def stream_response(
+    st: GatewayState,
+    route: str,
+    resp: httpx.Response,
+    pipeline: ChatPipeline,
+    sink: Sink,
+) -> Response:
+    gauge = st.metrics.open_streams.labels(route)
+    gauge.inc()
+    body = ChannelBody(relay(resp, pipeline, sink, st.relay_options()), on_close=gauge.dec)
+    response = Response(body, status=200, headers=SSE_HEADERS)
+    response.timeout = None  # quart's RESPONSE_TIMEOUT would cut streams at 60 s
+    return response
+
+
+async def open_upstream_stream(
+    st: GatewayState, ubody: dict[str, Any], principal_id: str
+) -> httpx.Response:
+    t0 = time.perf_counter()
+    try:
+        resp = await st.upstream.open_chat_stream(ubody, principal_id)
+    except GatewayError as exc:
+        st.metrics.upstream_errors.labels(exc.code).inc()
+        raise
+    st.metrics.first_byte.observe(time.perf_counter() - t0)
+    stack: AsyncExitStack = request.scope["gateway.cleanup"]  # type: ignore[typeddict-item]
+    stack.push_async_callback(close_quietly, resp)
+    return resp
+
+
+def create_app(
+    config: Config,
+    *,
+    upstream_transport: httpx.AsyncBaseTransport | None = None,
+    store: SQLiteStore | None = None,
+) -> QuartTrio:
+    """Build the API server app. ``app.gateway`` is its :class:`GatewayState`."""
+    app = QuartTrio("gateway")
+    app.asgi_http_class = GatewayHTTPConnection
+    app.config["RESPONSE_TIMEOUT"] = None
+    app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
+    st = GatewayState(
+        config=config,
+        upstream=Upstream(config.upstream, transport=upstream_transport),
+        auth=Authenticator(config.auth.keys),
+        signer=Signer.load_or_create(config.state_dir),
+        store=store if store is not None else open_store(config.state_dir),
+    )
+    app.gateway = st  # type: ignore[attr-defined]
+
+    @app.before_request
+    async def _route_label() -> None:
+        rule = request.url_rule
+        request.scope["gateway.route"] = rule.rule if rule is not None else "unmatched"  # type: ignore[typeddict-unknown-key]
+
+    @app.after_serving
+    async def _close() -> None:
+        await st.upstream.aclose()
+
+    @app.errorhandler(GatewayError)
+    async def _gateway_error(exc: GatewayError) -> Response:
+        return error_response(exc)
+
+    @app.errorhandler(HTTPException)
+    async def _http_error(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        code, message = _HTTP_CODES.get(status, ("http_error", "The request could not be handled."))
+        return error_response(GatewayError(message, code=code, status=status))
+
+    @app.errorhandler(Exception)
+    async def _unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response(
+            GatewayError(
+                "The gateway failed unexpectedly; the error was logged.", code="internal_error"
+            )
+        )
+
+    @app.get("/health")
+    async def health() -> Response:
+        return json_response({"status": "ok", "version": __version__})
+
+    @app.get("/health/ready")
+    async def ready() -> Response:
+        upstream_ok = await st.upstream.reachable()
+        store_ok = await trio.to_thread.run_sync(st.store.check_writable)
+        checks = {
+            "upstream": "ok" if upstream_ok else "unreachable",
+            "store": "ok" if store_ok else "not writable",
+            "draining": st.draining.is_set(),
+        }
+        ok = upstream_ok and store_ok and not st.draining.is_set()
+        return json_response(
+            {"status": "ready" if ok else "unready", "version": __version__, "checks": checks},
+            200 if ok else 503,
+        )
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(st.metrics.render(), content_type=CONTENT_TYPE)
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        authenticate()
+        return json_response(await st.upstream.models())
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions() -> Response:
+        caller = authenticate()
+        body = await json_body()
+        stream = validate_chat_body(body)
+        mode = effective_link_mode(caller, body, st.config.artifacts.default_link_mode)
+        resolver = st.resolver(caller.owner, mode)
+        pipeline = st.pipeline(resolver)
+        pid = st.signer.principal_id(caller.owner)
+        ubody = upstream_body(body, pid)
+        if not stream:
+            data = await st.upstream.chat(ubody, pid)
+            out = await pipeline.rewrite_completion(data)
+            out["gateway"] = resolver.manifest()
+            return json_response(out)
+        resp = await open_upstream_stream(st, ubody, pid)
+        return stream_response(st, "/v1/chat/completions", resp, pipeline, ChatSink())
+
+    return app
