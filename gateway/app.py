@@ -25,12 +25,19 @@ from quart_trio.asgi import TrioASGIHTTPConnection
 from werkzeug.exceptions import HTTPException
 
 from gateway import __version__
+from gateway.artifacts import (
+    ArtifactService,
+    FileBody,
+    content_disposition,
+    etag,
+    parse_range,
+)
 from gateway.auth import Authenticator, Caller, effective_link_mode
 from gateway.config import Config
-from gateway.errors import GatewayError, RequestError
+from gateway.errors import GatewayError, NotFound, RequestError
 from gateway.fronts.chat import ChatSink
 from gateway.metrics import CONTENT_TYPE, Metrics
-from gateway.pipeline import ChatPipeline, LinkResolver, NameOnlyResolver
+from gateway.pipeline import ChatPipeline, LinkResolver
 from gateway.relay import RelayOptions, Sink, close_quietly, relay
 from gateway.signing import Signer
 from gateway.store import SQLiteStore, open_store
@@ -59,11 +66,17 @@ class GatewayState:
     auth: Authenticator
     signer: Signer
     store: SQLiteStore
+    artifacts: ArtifactService
     metrics: Metrics = field(default_factory=Metrics)
     draining: trio.Event = field(default_factory=trio.Event)
     resolver_factory: ResolverFactory | None = None
     rewrite_enabled: bool = True  # harness-only switch (proves leaks are caught)
     started: float = field(default_factory=time.time)
+
+    async def aclose(self) -> None:
+        """Close the upstream client and the store (idempotent)."""
+        await self.upstream.aclose()
+        await trio.to_thread.run_sync(self.store.close)
 
     @property
     def extra_roots(self) -> tuple[str, ...]:
@@ -74,7 +87,7 @@ class GatewayState:
     def resolver(self, owner: str, mode: str) -> LinkResolver:
         if self.resolver_factory is not None:
             return self.resolver_factory(owner, mode)
-        return NameOnlyResolver(mode)
+        return self.artifacts.for_response(owner, mode)
 
     def pipeline(self, resolver: LinkResolver) -> ChatPipeline:
         return ChatPipeline(
@@ -274,18 +287,22 @@ def create_app(
     *,
     upstream_transport: httpx.AsyncBaseTransport | None = None,
     store: SQLiteStore | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> QuartTrio:
     """Build the API server app. ``app.gateway`` is its :class:`GatewayState`."""
     app = QuartTrio("gateway")
     app.asgi_http_class = GatewayHTTPConnection
     app.config["RESPONSE_TIMEOUT"] = None
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
+    signer = Signer.load_or_create(config.state_dir)
+    the_store = store if store is not None else open_store(config.state_dir)
     st = GatewayState(
         config=config,
         upstream=Upstream(config.upstream, transport=upstream_transport),
         auth=Authenticator(config.auth.keys),
-        signer=Signer.load_or_create(config.state_dir),
-        store=store if store is not None else open_store(config.state_dir),
+        signer=signer,
+        store=the_store,
+        artifacts=ArtifactService(config, the_store, signer, clock=clock),
     )
     app.gateway = st  # type: ignore[attr-defined]
 
@@ -296,7 +313,7 @@ def create_app(
 
     @app.after_serving
     async def _close() -> None:
-        await st.upstream.aclose()
+        await st.aclose()
 
     @app.errorhandler(GatewayError)
     async def _gateway_error(exc: GatewayError) -> Response:
@@ -362,5 +379,73 @@ def create_app(
             return json_response(out)
         resp = await open_upstream_stream(st, ubody, pid)
         return stream_response(st, "/v1/chat/completions", resp, pipeline, ChatSink())
+
+    @app.get("/v1/artifacts/<artifact_id>")
+    async def download(artifact_id: str) -> Response:
+        args = request.args
+        if "sig" in args or "exp" in args:
+            rec = await st.artifacts.authorize_public(
+                artifact_id, args.get("exp", ""), args.get("sig", "")
+            )
+        else:
+            caller = authenticate()
+            rec = await st.artifacts.authorize_owner(artifact_id, caller.owner)
+        rng = parse_range(request.headers.get("Range"), rec.size)
+        fd = await st.artifacts.open_verified(rec)
+        start, length = (rng[0], rng[1] - rng[0] + 1) if isinstance(rng, tuple) else (0, rec.size)
+        body = FileBody(fd, start, length)
+        stack: AsyncExitStack = request.scope["gateway.cleanup"]  # type: ignore[typeddict-item]
+        stack.callback(body.close)  # closes the descriptor even if the body never starts
+        headers = {
+            "Content-Type": rec.content_type,
+            "Content-Disposition": content_disposition(rec.filename),
+            "ETag": etag(rec),
+            "Accept-Ranges": "bytes",
+            "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "private, no-store"
+            if rec.link_mode == "private"
+            else "private, no-cache",
+        }
+        if rng is False:
+            resp = error_response(
+                GatewayError(
+                    "The requested range is outside the file.",
+                    code="range_not_satisfiable",
+                    status=416,
+                )
+            )
+            resp.headers["Content-Range"] = f"bytes */{rec.size}"
+            return resp
+        status = 200
+        if isinstance(rng, tuple):
+            headers["Content-Range"] = f"bytes {rng[0]}-{rng[1]}/{rec.size}"
+            status = 206
+        headers["Content-Length"] = str(length)
+        response = Response(body, status=status, headers=headers)
+        response.timeout = None
+        return response
+
+    @app.get("/v1/artifacts")
+    async def list_artifacts() -> Response:
+        caller = authenticate()
+        recs = await trio.to_thread.run_sync(st.store.list_artifacts, caller.owner)
+        data = [
+            {
+                **st.artifacts.describe(r),
+                "created": int(r.created),
+                "expires": int(r.expires) if r.expires is not None else None,
+                "revoked": r.revoked,
+            }
+            for r in recs
+        ]
+        return json_response({"object": "list", "data": data})
+
+    @app.delete("/v1/artifacts/<artifact_id>")
+    async def revoke_artifact(artifact_id: str) -> Response:
+        caller = authenticate()
+        ok = await trio.to_thread.run_sync(st.store.revoke_artifact, artifact_id, caller.owner)
+        if not ok:
+            raise NotFound("No such artifact, or it is not yours.", code="artifact_not_found")
+        return json_response({"id": artifact_id, "object": "artifact", "revoked": True})
 
     return app

@@ -1,0 +1,402 @@
+"""Managed downloads: the link resolver for the rewriter and the download route's logic.
+
+Minting (``ResponseLinks.resolve``), in a worker thread so the trio loop never
+blocks on the file system or the database:
+
+1. map the agent's path to a host path (``[[artifacts.mounts]]``, then ``~``);
+   Windows-style paths without a mount cannot be host files here;
+2. ``realpath`` it (symlinks and ``..`` resolved) and require it to sit under a
+   configured root (roots resolved the same way);
+3. refuse denied locations (``artifacts.denied``: any run of path components below
+   the root, checked on the path as written *and* as resolved);
+4. ``lstat`` the resolved file: a regular file within ``max_bytes``; its identity
+   (device, inode, size, mtime) is recorded with a random 192-bit id.
+
+Anything refused becomes the file name alone (the resolver answers ``None``); the
+reason is logged at debug level without the path. Within one response a path is
+minted once (same path → same link).
+
+Serving checks the link (owner, or signature and expiry), then opens the recorded
+path with ``O_NOFOLLOW | O_NONBLOCK`` and compares the open file's identity with the
+record: a changed or swapped file answers 410, never the new content. The file is
+streamed from that descriptor (``pread`` in worker threads), never read whole.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import mimetypes
+import os
+import stat
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import trio
+from quart.wrappers.response import ResponseBody
+
+from gateway.config import Config
+from gateway.errors import GatewayError, NotFound
+from gateway.signing import Signer, new_artifact_id
+from gateway.store import ArtifactRecord, Store
+
+log = logging.getLogger("gateway.artifacts")
+
+READ_CHUNK = 256 * 1024
+
+
+class Gone(GatewayError):
+    """The link existed but can no longer be served (expired, revoked, file changed)."""
+
+    code = "artifact_gone"
+    status = 410
+
+
+@dataclass(frozen=True, slots=True)
+class FileFacts:
+    path: str
+    filename: str
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    content_type: str
+
+
+class ArtifactService:
+    """Mints links for responses and checks them for downloads."""
+
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        signer: Signer,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.signer = signer
+        self.clock = clock
+        self.base_url = config.server.public_base_url.rstrip("/")
+        self._roots = tuple(Path(os.path.realpath(r)) for r in config.artifacts.roots)
+        self._mounts = tuple(
+            (m.agent_prefix.replace("\\", "/").rstrip("/"), Path(os.path.realpath(m.host_dir)))
+            for m in config.artifacts.mounts
+        )
+        self._denied = tuple(
+            tuple(p.lower() for p in d.replace("\\", "/").strip("/").split("/") if p)
+            for d in config.artifacts.denied
+        )
+
+    # -- checks (blocking; run in worker threads) --------------------------------
+
+    def to_host_path(self, path: str) -> str | None:
+        """Agent path → host path, or None when it cannot be a file on this host."""
+        p = path.replace("\\", "/") if _looks_windows(path) else path
+        for prefix, host in self._mounts:
+            pre = prefix.replace("\\", "/")
+            if p == pre or p.startswith(pre + "/"):
+                rest = p[len(pre) :].lstrip("/")
+                return str(host / rest) if rest else str(host)
+        if _looks_windows(path) or path.startswith("//") or path.startswith("\\\\"):
+            return None
+        if path.startswith("~"):
+            p = os.path.expanduser(path)
+        return p if p.startswith("/") else None
+
+    def _denied_parts(self, parts: tuple[str, ...]) -> bool:
+        low = tuple(x.lower() for x in parts)
+        for pattern in self._denied:
+            n = len(pattern)
+            for i in range(len(low) - n + 1):
+                if all(fnmatch.fnmatchcase(low[i + j], pattern[j]) for j in range(n)):
+                    return True
+        return False
+
+    def _under_root(self, p: Path) -> Path | None:
+        for root in self._roots:
+            if p == root or p.is_relative_to(root):
+                return root
+        return None
+
+    def inspect(self, path: str) -> FileFacts | None:
+        """May ``path`` get a link? Returns the file's identity, or None (name only)."""
+        host = self.to_host_path(path)
+        if host is None:
+            return None
+        written = Path(os.path.normpath(host))
+        try:
+            resolved = Path(os.path.realpath(host, strict=True))
+        except (OSError, RuntimeError):
+            log.debug("no link: missing or unresolvable")
+            return None
+        root = self._under_root(resolved)
+        if root is None:
+            log.debug("no link: outside the artifact roots")
+            return None
+        rel_resolved = resolved.relative_to(root).parts
+        wroot = self._under_root(written)
+        rel_written = written.relative_to(wroot).parts if wroot is not None else written.parts
+        if self._denied_parts(rel_resolved) or self._denied_parts(rel_written):
+            log.debug("no link: denied location")
+            return None
+        try:
+            st = os.lstat(resolved)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            log.debug("no link: not a regular file")
+            return None
+        if st.st_size > self.config.artifacts.max_bytes:
+            log.debug("no link: larger than artifacts.max_bytes")
+            return None
+        name = resolved.name
+        ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        return FileFacts(
+            str(resolved), name, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, ctype
+        )
+
+    def mint(self, facts: FileFacts, owner: str, mode: str) -> ArtifactRecord:
+        now = self.clock()
+        expires = now + self.config.artifacts.public_ttl_seconds if mode == "public" else None
+        rec = ArtifactRecord(
+            id=new_artifact_id(),
+            owner=owner,
+            link_mode=mode,
+            path=facts.path,
+            filename=facts.filename,
+            device=facts.device,
+            inode=facts.inode,
+            size=facts.size,
+            mtime_ns=facts.mtime_ns,
+            created=now,
+            expires=expires,
+            content_type=facts.content_type,
+        )
+        self.store.create_artifact(rec)
+        return rec
+
+    # -- links -----------------------------------------------------------------------
+
+    def url(self, rec: ArtifactRecord) -> str:
+        base = f"{self.base_url}/v1/artifacts/{rec.id}"
+        if rec.link_mode != "public" or rec.expires is None:
+            return base
+        exp = int(rec.expires)
+        return f"{base}?exp={exp}&sig={self.signer.sign_link(rec.id, exp)}"
+
+    def describe(self, rec: ArtifactRecord) -> dict[str, Any]:
+        """The manifest entry (no path)."""
+        return {
+            "id": rec.id,
+            "filename": rec.filename,
+            "url": self.url(rec),
+            "link_mode": rec.link_mode,
+            "bytes": rec.size,
+        }
+
+    def for_response(self, owner: str, mode: str) -> ResponseLinks:
+        return ResponseLinks(self, owner, mode)
+
+    # -- download checks ---------------------------------------------------------------
+
+    async def get(self, artifact_id: str) -> ArtifactRecord | None:
+        if not _plausible_id(artifact_id):
+            return None
+        return await trio.to_thread.run_sync(self.store.get_artifact, artifact_id)
+
+    async def authorize_public(self, artifact_id: str, exp: str, sig: str) -> ArtifactRecord:
+        """A public link: signature first (tampered → 404), then expiry (→ 410)."""
+        if not exp.isdigit() or len(exp) > 12:
+            raise _not_found()
+        exp_i = int(exp)
+        if not self.signer.verify_link(artifact_id, exp_i, sig):
+            raise _not_found()
+        rec = await self.get(artifact_id)
+        if rec is None or rec.link_mode != "public":
+            raise _not_found()
+        if rec.revoked:
+            raise Gone("This link was revoked by its owner.", code="artifact_revoked")
+        if exp_i < self.clock() or (rec.expires is not None and rec.expires < self.clock()):
+            raise Gone("This link has expired; ask for a new one.", code="artifact_expired")
+        return rec
+
+    async def authorize_owner(self, artifact_id: str, owner: str) -> ArtifactRecord:
+        rec = await self.get(artifact_id)
+        if rec is None or rec.owner != owner:
+            raise _not_found()
+        if rec.revoked:
+            raise Gone("This link was revoked by its owner.", code="artifact_revoked")
+        return rec
+
+    async def open_verified(self, rec: ArtifactRecord) -> int:
+        """Open the recorded file and check it is still the same file (else 410)."""
+        return await trio.to_thread.run_sync(self._open_verified, rec)
+
+    def _open_verified(self, rec: ArtifactRecord) -> int:
+        changed = Gone(
+            "The file behind this link has changed or is gone since the link was made.",
+            code="artifact_changed",
+        )
+        try:
+            fd = os.open(rec.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            raise changed from None
+        try:
+            st = os.fstat(fd)
+            same = (
+                stat.S_ISREG(st.st_mode)
+                and st.st_dev == rec.device
+                and st.st_ino == rec.inode
+                and st.st_size == rec.size
+                and st.st_mtime_ns == rec.mtime_ns
+            )
+            root = self._under_root(Path(os.path.realpath(rec.path)))
+            if not same or root is None:
+                raise changed
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
+
+
+class ResponseLinks:
+    """The link resolver of one response: same path → same link; builds the manifest."""
+
+    def __init__(self, service: ArtifactService, owner: str, mode: str) -> None:
+        self._svc = service
+        self._owner = owner
+        self._mode = mode
+        self._by_path: dict[str, str | None] = {}
+        self._by_file: dict[str, ArtifactRecord] = {}
+        self._minted: list[ArtifactRecord] = []
+
+    @property
+    def download_link_mode(self) -> str:
+        return self._mode
+
+    async def resolve(self, path: str) -> str | None:
+        if path in self._by_path:
+            return self._by_path[path]
+        url = await trio.to_thread.run_sync(self._resolve_sync, path)
+        self._by_path[path] = url
+        return url
+
+    def _resolve_sync(self, path: str) -> str | None:
+        facts = self._svc.inspect(path)
+        if facts is None:
+            return None
+        rec = self._by_file.get(facts.path)
+        if rec is None:
+            rec = self._svc.mint(facts, self._owner, self._mode)
+            self._by_file[facts.path] = rec
+            self._minted.append(rec)
+        return self._svc.url(rec)
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "download_link_mode": self._mode,
+            "artifacts": [self._svc.describe(r) for r in self._minted],
+        }
+
+
+def _not_found() -> NotFound:
+    return NotFound("No such artifact, or it is not yours.", code="artifact_not_found")
+
+
+def _plausible_id(artifact_id: str) -> bool:
+    return 16 <= len(artifact_id) <= 64 and all(c.isalnum() or c in "-_" for c in artifact_id)
+
+
+def _looks_windows(path: str) -> bool:
+    return len(path) >= 2 and path[1] == ":" and path[0].isascii() and path[0].isalpha()
+
+
+# -- HTTP details (content disposition, ranges, streaming) -------------------------
+
+
+def content_disposition(filename: str) -> str:
+    """RFC 6266 ``attachment`` with an ASCII fallback and a UTF-8 ``filename*``."""
+    fallback = "".join(
+        c if c.isascii() and c.isprintable() and c not in '"\\' else "_" for c in filename
+    )
+    fallback = fallback or "download"
+    quoted = urllib.parse.quote(filename, safe="")
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quoted}"
+
+
+def etag(rec: ArtifactRecord) -> str:
+    return f'"{rec.id[:16]}-{rec.size:x}-{rec.mtime_ns:x}"'
+
+
+def parse_range(header: str | None, size: int) -> tuple[int, int] | bool | None:
+    """``Range: bytes=a-b`` → (start, end inclusive); None: whole file; False: 416."""
+    if not header:
+        return None
+    unit, _, spec = header.partition("=")
+    if unit.strip().lower() != "bytes" or "," in spec:
+        return None  # unsupported forms: serve the whole file (allowed by RFC 9110)
+    first, dash, last = spec.strip().partition("-")
+    if not dash:
+        return None
+    try:
+        if first == "":
+            n = int(last)
+            if n <= 0:
+                return False
+            start, end = max(0, size - n), size - 1
+        else:
+            start = int(first)
+            end = int(last) if last else size - 1
+    except ValueError:
+        return None
+    if start < 0 or start >= size or end < start:
+        return False
+    return start, min(end, size - 1)
+
+
+class FileBody(ResponseBody):
+    """Streams ``length`` bytes of an open descriptor from ``start``; closes it after.
+
+    Reads are ``pread`` calls in worker threads; a class-based iterator (not an async
+    generator) so a client that disconnects leaves nothing to finalize.
+    """
+
+    def __init__(self, fd: int, start: int, length: int) -> None:
+        self._fd = fd
+        self._offset = start
+        self._remaining = length
+
+    async def __aenter__(self) -> FileBody:
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc_value: Any, tb: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __aiter__(self) -> FileBody:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._remaining <= 0 or self._fd < 0:
+            raise StopAsyncIteration
+        n = min(READ_CHUNK, self._remaining)
+        data = await trio.to_thread.run_sync(os.pread, self._fd, n, self._offset)
+        if not data:
+            raise StopAsyncIteration
+        self._offset += len(data)
+        self._remaining -= len(data)
+        return data
+
+
+def safe_name_for_logs(path: str) -> str:
+    return PurePosixPath(path).name
