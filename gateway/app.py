@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,10 +36,19 @@ from gateway.auth import Authenticator, Caller, effective_link_mode
 from gateway.config import Config
 from gateway.errors import GatewayError, NotFound, RequestError
 from gateway.fronts.chat import ChatSink
+from gateway.fronts.responses import (
+    ResponsesSink,
+    chat_messages_from_input,
+    new_response_id,
+    response_from_completion,
+)
 from gateway.metrics import CONTENT_TYPE, Metrics
 from gateway.pipeline import ChatPipeline, LinkResolver
-from gateway.relay import RelayOptions, Sink, close_quietly, relay
+from gateway.relay import HookedSink, RelayOptions, Sink, close_quietly, relay
+from gateway.runs import Run, RunRegistry, RunSink, new_run_id
+from gateway.sessions import Sessions, session_id_from
 from gateway.signing import Signer
+from gateway.sse import encode_comment, encode_json
 from gateway.store import SQLiteStore, open_store
 from gateway.upstream import Upstream
 
@@ -67,6 +76,8 @@ class GatewayState:
     signer: Signer
     store: SQLiteStore
     artifacts: ArtifactService
+    sessions: Sessions
+    runs: RunRegistry
     metrics: Metrics = field(default_factory=Metrics)
     draining: trio.Event = field(default_factory=trio.Event)
     resolver_factory: ResolverFactory | None = None
@@ -303,6 +314,8 @@ def create_app(
         signer=signer,
         store=the_store,
         artifacts=ArtifactService(config, the_store, signer, clock=clock),
+        sessions=Sessions(the_store),
+        runs=RunRegistry(config.limits.run_retention_seconds),
     )
     app.gateway = st  # type: ignore[attr-defined]
 
@@ -310,6 +323,10 @@ def create_app(
     async def _route_label() -> None:
         rule = request.url_rule
         request.scope["gateway.route"] = rule.rule if rule is not None else "unmatched"  # type: ignore[typeddict-unknown-key]
+
+    @app.before_serving
+    async def _start_services() -> None:
+        app.nursery.start_soon(st.runs.reaper)
 
     @app.after_serving
     async def _close() -> None:
@@ -371,14 +388,238 @@ def create_app(
         resolver = st.resolver(caller.owner, mode)
         pipeline = st.pipeline(resolver)
         pid = st.signer.principal_id(caller.owner)
+        sid = session_id_from(request.headers.get("X-Session-Id"), body)
         ubody = upstream_body(body, pid)
+        new_messages = list(body["messages"])
+        if sid is not None:
+            ubody["messages"] = [*await st.sessions.history(caller.owner, sid), *new_messages]
+
+        async def remember(pl: ChatPipeline) -> None:
+            if sid is not None:
+                await st.sessions.append(caller.owner, sid, new_messages, pl.content(0))
+
         if not stream:
             data = await st.upstream.chat(ubody, pid)
             out = await pipeline.rewrite_completion(data)
             out["gateway"] = resolver.manifest()
+            await remember(pipeline)
             return json_response(out)
         resp = await open_upstream_stream(st, ubody, pid)
-        return stream_response(st, "/v1/chat/completions", resp, pipeline, ChatSink())
+        sink: Sink = HookedSink(ChatSink(), remember) if sid is not None else ChatSink()
+        return stream_response(st, "/v1/chat/completions", resp, pipeline, sink)
+
+    @app.post("/v1/responses")
+    async def create_response() -> Response:
+        caller = authenticate()
+        body = await json_body()
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise RequestError("'model' must be a non-empty string.", code="missing_model")
+        stream = body.get("stream", False)
+        store_it = body.get("store", True)
+        if not isinstance(stream, bool) or not isinstance(store_it, bool):
+            raise RequestError(
+                "'stream' and 'store' must be true or false.", code="invalid_request"
+            )
+        if "input" not in body:
+            raise RequestError(
+                "'input' is required (a string or a list of items).", code="missing_input"
+            )
+        try:
+            new_messages = chat_messages_from_input(body["input"])
+        except ValueError as exc:
+            raise RequestError(str(exc), code="invalid_input") from exc
+        mode = effective_link_mode(caller, body, st.config.artifacts.default_link_mode)
+        sid = session_id_from(request.headers.get("X-Session-Id"), body)
+        history: list[dict[str, Any]] = []
+        prev_id = body.get("previous_response_id")
+        if prev_id is not None:
+            if not isinstance(prev_id, str):
+                raise RequestError(
+                    "'previous_response_id' must be a string.", code="invalid_request"
+                )
+            prev = await trio.to_thread.run_sync(
+                st.store.get_json, "response", caller.owner, prev_id
+            )
+            if prev is None:
+                raise NotFound(
+                    "No such stored response, or it is not yours.", code="response_not_found"
+                )
+            history.extend(prev.get("messages", []))
+        if sid is not None:
+            history.extend(await st.sessions.history(caller.owner, sid))
+        messages = [*history, *new_messages]
+        instructions = body.get("instructions")
+        system = (
+            [{"role": "system", "content": instructions}]
+            if isinstance(instructions, str) and instructions
+            else []
+        )
+        pid = st.signer.principal_id(caller.owner)
+        ubody: dict[str, Any] = {
+            "model": model,
+            "messages": [*system, *messages],
+            "stream": stream,
+            "user": pid,
+        }
+        for key in ("temperature", "top_p"):
+            if key in body:
+                ubody[key] = body[key]
+        if isinstance(body.get("max_output_tokens"), int):
+            ubody["max_tokens"] = body["max_output_tokens"]
+        if stream:
+            ubody["stream_options"] = {"include_usage": True}
+        resolver = st.resolver(caller.owner, mode)
+        pipeline = st.pipeline(resolver)
+        rid = new_response_id()
+        sink = ResponsesSink(rid, model)
+
+        async def remember(pl: ChatPipeline) -> None:
+            text = sink.text()
+            if store_it and sink.final is not None:
+                doc = {
+                    "response": sink.final,
+                    "messages": [*messages, {"role": "assistant", "content": text}],
+                }
+                await trio.to_thread.run_sync(st.store.put_json, "response", caller.owner, rid, doc)
+            if sid is not None:
+                await st.sessions.append(caller.owner, sid, new_messages, text)
+
+        if not stream:
+            data = await st.upstream.chat(ubody, pid)
+            out = await pipeline.rewrite_completion(data)
+            env = response_from_completion(sink, out, resolver.manifest())
+            await remember(pipeline)
+            return json_response(env)
+        resp = await open_upstream_stream(st, ubody, pid)
+        return stream_response(st, "/v1/responses", resp, pipeline, HookedSink(sink, remember))
+
+    @app.get("/v1/responses/<response_id>")
+    async def get_response(response_id: str) -> Response:
+        caller = authenticate()
+        doc = await trio.to_thread.run_sync(
+            st.store.get_json, "response", caller.owner, response_id
+        )
+        if doc is None:
+            raise NotFound(
+                "No such stored response, or it is not yours.", code="response_not_found"
+            )
+        return json_response(doc["response"])
+
+    @app.delete("/v1/responses/<response_id>")
+    async def delete_response(response_id: str) -> Response:
+        caller = authenticate()
+        ok = await trio.to_thread.run_sync(
+            st.store.delete_json, "response", caller.owner, response_id
+        )
+        if not ok:
+            raise NotFound(
+                "No such stored response, or it is not yours.", code="response_not_found"
+            )
+        return json_response({"id": response_id, "object": "response.deleted", "deleted": True})
+
+    @app.post("/v1/runs")
+    async def start_run() -> Response:
+        caller = authenticate()
+        body = await json_body()
+        model = body.get("model")
+        if model is None:
+            listing = await st.upstream.models()
+            ids = [m.get("id") for m in listing.get("data", []) if isinstance(m, dict)]
+            model = next((i for i in ids if isinstance(i, str)), None)
+            if model is None:
+                raise RequestError(
+                    "'model' is required: the upstream lists no models.", code="missing_model"
+                )
+        if not isinstance(model, str) or not model:
+            raise RequestError("'model' must be a non-empty string.", code="missing_model")
+        if "messages" in body:
+            new_messages = body["messages"]
+            if (
+                not isinstance(new_messages, list)
+                or not new_messages
+                or not all(isinstance(m, dict) for m in new_messages)
+            ):
+                raise RequestError(
+                    "'messages' must be a non-empty list of objects.", code="invalid_messages"
+                )
+        elif isinstance(body.get("input"), str) and body["input"]:
+            new_messages = [{"role": "user", "content": body["input"]}]
+        else:
+            raise RequestError(
+                "A run needs 'input' (a string) or 'messages' (a list).", code="missing_input"
+            )
+        mode = effective_link_mode(caller, body, st.config.artifacts.default_link_mode)
+        sid = session_id_from(request.headers.get("X-Session-Id"), body)
+        history = await st.sessions.history(caller.owner, sid) if sid is not None else []
+        pid = st.signer.principal_id(caller.owner)
+        ubody = {
+            "model": model,
+            "messages": [*history, *new_messages],
+            "stream": True,
+            "user": pid,
+            "stream_options": {"include_usage": True},
+        }
+        run = Run(new_run_id(), caller.owner, model, mode, st.config.limits.run_log_max_events)
+        st.runs.add(run)
+        pipeline = st.pipeline(st.resolver(caller.owner, mode))
+
+        async def remember() -> None:
+            if sid is not None:
+                await st.sessions.append(caller.owner, sid, new_messages, "".join(run.output))
+
+        app.nursery.start_soon(execute_run, st, run, ubody, pid, pipeline, remember)
+        return json_response({"run_id": run.id, "object": "run", "status": run.status}, 202)
+
+    @app.get("/v1/runs/<run_id>")
+    async def get_run(run_id: str) -> Response:
+        caller = authenticate()
+        return json_response(_run_or_404(st, run_id, caller.owner).summary())
+
+    @app.post("/v1/runs/<run_id>/stop")
+    async def stop_run(run_id: str) -> Response:
+        caller = authenticate()
+        run = _run_or_404(st, run_id, caller.owner)
+        run.cancel_scope.cancel()
+        with trio.move_on_after(5):
+            while not run.done:
+                await run.wait_changed()
+        return json_response(run.summary())
+
+    @app.get("/v1/runs/<run_id>/events")
+    async def run_events(run_id: str) -> Response:
+        caller = authenticate()
+        run = _run_or_404(st, run_id, caller.owner)
+        raw = request.headers.get("Last-Event-ID") or request.args.get("after") or "0"
+        if not raw.isdigit() or len(raw) > 12:
+            raise RequestError(
+                "Last-Event-ID must be a run event sequence number.", code="invalid_last_event_id"
+            )
+        gauge = st.metrics.open_streams.labels("/v1/runs/{id}/events")
+        gauge.inc()
+        body = ChannelBody(
+            follow_run(run, int(raw), st.config.server.keepalive_seconds, st.draining),
+            on_close=gauge.dec,
+        )
+        response = Response(body, status=200, headers=SSE_HEADERS)
+        response.timeout = None
+        return response
+
+    @app.get("/v1/sessions")
+    async def list_sessions() -> Response:
+        caller = authenticate()
+        return json_response({"object": "list", "data": await st.sessions.list(caller.owner)})
+
+    @app.get("/v1/sessions/<session_id>")
+    async def get_session(session_id: str) -> Response:
+        caller = authenticate()
+        return json_response(await st.sessions.get(caller.owner, session_id))
+
+    @app.delete("/v1/sessions/<session_id>")
+    async def delete_session(session_id: str) -> Response:
+        caller = authenticate()
+        await st.sessions.delete(caller.owner, session_id)
+        return json_response({"id": session_id, "object": "session.deleted", "deleted": True})
 
     @app.get("/v1/artifacts/<artifact_id>")
     async def download(artifact_id: str) -> Response:
@@ -449,3 +690,76 @@ def create_app(
         return json_response({"id": artifact_id, "object": "artifact", "revoked": True})
 
     return app
+
+
+def _run_or_404(st: GatewayState, run_id: str, owner: str) -> Run:
+    run = st.runs.get(run_id, owner)
+    if run is None:
+        raise NotFound("No such run, or it is not yours.", code="run_not_found")
+    return run
+
+
+async def execute_run(
+    st: GatewayState,
+    run: Run,
+    ubody: dict[str, Any],
+    pid: str,
+    pipeline: ChatPipeline,
+    after: Callable[[], Awaitable[None]],
+) -> None:
+    """Run one background run to its end (in the app's service nursery)."""
+    sink = RunSink(run)
+    try:
+        with run.cancel_scope:
+            try:
+                resp = await st.upstream.open_chat_stream(ubody, pid)
+            except GatewayError as exc:
+                st.metrics.upstream_errors.labels(exc.code).inc()
+                sink.start()
+                await sink.fail(pipeline, exc.code, exc.message)
+                return
+            try:
+                async with relay(resp, pipeline, sink, st.relay_options()) as chunks:
+                    async for _ in chunks:
+                        pass
+            finally:
+                await close_quietly(resp)
+        if not run.done:
+            await sink.cancelled(pipeline)
+        if run.status == "completed":
+            await after()
+    except Exception:
+        log.exception("run failed unexpectedly")
+        run.finish(
+            "failed",
+            "run.failed",
+            error={
+                "code": "internal_error",
+                "message": "The run failed unexpectedly; the error was logged.",
+            },
+        )
+
+
+@trio.as_safe_channel
+async def follow_run(
+    run: Run, after_seq: int, keepalive: float, draining: trio.Event
+) -> AsyncGenerator[bytes, None]:
+    """Replay a run's events after ``after_seq``, then follow them live until the end."""
+    seq = after_seq
+    while True:
+        changed = run.changed_event()
+        events = run.after(seq)
+        if events:
+            seq = events[-1]["seq"]
+            yield b"".join(encode_json(e, id=str(e["seq"])) for e in events)
+            continue
+        if run.done:
+            return
+        timed_out = True
+        with trio.move_on_after(keepalive):
+            await changed.wait()
+            timed_out = False
+        if timed_out:
+            if draining.is_set() and not run.done:
+                return
+            yield encode_comment()

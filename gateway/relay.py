@@ -21,7 +21,7 @@ producer; its ``finally`` closes the upstream response at once.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -170,3 +170,28 @@ async def relay(
             nursery.cancel_scope.cancel()
     finally:
         await close_quietly(resp)
+
+
+class HookedSink:
+    """A sink that runs ``after_end`` once the stream ended normally (e.g. to store it)."""
+
+    def __init__(self, inner: Sink, after_end: Callable[[ChatPipeline], Awaitable[None]]) -> None:
+        self.inner = inner
+        self.after_end = after_end
+
+    def start(self) -> bytes:
+        return self.inner.start()
+
+    def batch(self, outs: list[Out]) -> bytes:
+        return self.inner.batch(outs)
+
+    def keepalive(self) -> bytes:
+        return self.inner.keepalive()
+
+    async def end(self, pipeline: ChatPipeline) -> bytes:
+        data = await self.inner.end(pipeline)
+        await self.after_end(pipeline)
+        return data
+
+    async def fail(self, pipeline: ChatPipeline, code: str, message: str) -> bytes:
+        return await self.inner.fail(pipeline, code, message)

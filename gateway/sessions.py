@@ -1,0 +1,95 @@
+"""Principal-scoped conversations kept in the store.
+
+A request that names a session (``X-Session-Id`` header, or body ``session_id``)
+has the session's earlier messages put before its own, and after a successful
+answer its new messages plus the assistant's *rewritten* reply are appended (so a
+stored conversation never holds a raw path). Sessions are keyed by
+(principal, session id): the same id string under another principal is another,
+invisible session (404).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import trio
+
+from gateway.errors import NotFound, RequestError
+from gateway.store import Store
+
+KIND = "session"
+MAX_MESSAGES = 500
+_SESSION_RE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def validate_session_id(value: object) -> str:
+    if not isinstance(value, str) or not _SESSION_RE.fullmatch(value):
+        raise RequestError(
+            "A session id must be 1-128 characters of A-Z a-z 0-9 . _ : -.",
+            code="invalid_session_id",
+        )
+    return value
+
+
+def session_id_from(headers_value: str | None, body: dict[str, Any]) -> str | None:
+    value: object = headers_value if headers_value is not None else body.get("session_id")
+    if value is None:
+        return None
+    return validate_session_id(value)
+
+
+class Sessions:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def history(self, owner: str, sid: str) -> list[dict[str, Any]]:
+        doc = await trio.to_thread.run_sync(self.store.get_json, KIND, owner, sid)
+        if doc is None:
+            return []
+        messages = doc.get("messages")
+        return list(messages) if isinstance(messages, list) else []
+
+    async def append(
+        self, owner: str, sid: str, new: list[dict[str, Any]], assistant_text: str
+    ) -> None:
+        def update() -> None:
+            doc = self.store.get_json(KIND, owner, sid)
+            now = time.time()
+            if doc is None:
+                doc = {"id": sid, "created": now, "messages": []}
+            messages = [
+                *doc.get("messages", []),
+                *new,
+                {"role": "assistant", "content": assistant_text},
+            ]
+            doc["messages"] = messages[-MAX_MESSAGES:]
+            doc["updated"] = now
+            self.store.put_json(KIND, owner, sid, doc)
+
+        await trio.to_thread.run_sync(update)
+
+    async def list(self, owner: str) -> list[dict[str, Any]]:
+        rows = await trio.to_thread.run_sync(self.store.list_json, KIND, owner)
+        return [
+            {
+                "id": key,
+                "object": "session",
+                "created": int(doc.get("created", 0)),
+                "updated": int(doc.get("updated", 0)),
+                "message_count": len(doc.get("messages", [])),
+            }
+            for key, doc in rows
+        ]
+
+    async def get(self, owner: str, sid: str) -> dict[str, Any]:
+        doc = await trio.to_thread.run_sync(self.store.get_json, KIND, owner, sid)
+        if doc is None:
+            raise NotFound("No such session, or it is not yours.", code="session_not_found")
+        return {"object": "session", **doc}
+
+    async def delete(self, owner: str, sid: str) -> None:
+        ok = await trio.to_thread.run_sync(self.store.delete_json, KIND, owner, sid)
+        if not ok:
+            raise NotFound("No such session, or it is not yours.", code="session_not_found")
