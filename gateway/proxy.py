@@ -1,0 +1,510 @@
+"""The Open WebUI runs proxy (``gateway proxy``): identity and link mode in, chat out.
+
+Open WebUI calls this service as an OpenAI-compatible connection. For each chat
+request the proxy
+
+1. authenticates Open WebUI by one of ``proxy.client_keys``;
+2. derives the owner ``openwebui:<user id>``: from ``X-OpenWebUI-User-Jwt`` (HS256,
+   verified with ``proxy.openwebui_jwt_secret``; ``exp`` and ``iss = open-webui``
+   checked; an invalid token is 401, never a silent fallback), else from
+   ``X-OpenWebUI-User-Id`` when ``proxy.trust_user_headers``;
+3. takes ``download_link_mode`` from the top-level body field (where Open WebUI's
+   per-model custom params and filters put it) or ``metadata.hermes`` (direct API
+   clients), validated; no identity with a private mode is a 400 (a private link
+   nobody could open helps no one);
+4. starts a run on the gateway with its proxy key, asserting owner and mode, and
+   streams the run's events back as ``chat.completion.chunk``s shaped for Open WebUI
+   (one-line ``data``, LF, final chunk, ``[DONE]``, connection closed after it);
+   errors become a final chunk with an ``error`` object. In private mode, when links
+   were minted, one short note says they open only for this user;
+5. runs its own name-only rewriter over everything it relays (defence in depth: a
+   gateway bug still cannot leak a path through the proxy).
+
+Client disconnect stops the run on the gateway.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import time
+import urllib.parse
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import trio
+from quart import Response, request
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
+
+from gateway import __version__
+from gateway.app import ChannelBody, GatewayHTTPConnection, error_response, json_response
+from gateway.auth import LINK_MODES
+from gateway.config import Config
+from gateway.errors import AuthError, GatewayError, RequestError, UpstreamError
+from gateway.rewrite import StreamRewriter, rewrite
+from gateway.sse import DONE, SSEDecoder, encode_comment, encode_json
+
+log = logging.getLogger("gateway.proxy")
+
+PRIVATE_NOTE = "\n\n_These download links open only for you. Ask for a public link if you want to share a file._"
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
+JWT_LEEWAY_SECONDS = 30
+
+
+# -- identity ----------------------------------------------------------------------
+
+
+def _b64url_decode(part: str) -> bytes:
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+def verify_openwebui_jwt(token: str, secret: str, now: float) -> dict[str, Any]:
+    """Verify an Open WebUI user JWT (HS256); return its claims or raise 401."""
+
+    def bad(why: str) -> AuthError:
+        return AuthError(f"The Open WebUI user token is not valid: {why}.", code="invalid_user_jwt")
+
+    parts = token.strip().split(".")
+    if len(parts) != 3:
+        raise bad("it is not a JWT")
+    try:
+        header = json.loads(_b64url_decode(parts[0]))
+        claims = json.loads(_b64url_decode(parts[1]))
+        signature = _b64url_decode(parts[2])
+    except (ValueError, UnicodeDecodeError):
+        raise bad("it cannot be decoded") from None
+    if not isinstance(header, dict) or header.get("alg") != "HS256":
+        raise bad("only HS256 is accepted")
+    expected = hmac.new(secret.encode(), f"{parts[0]}.{parts[1]}".encode(), hashlib.sha256).digest()
+    if not hmac.compare_digest(signature, expected):
+        raise bad("the signature does not match proxy.openwebui_jwt_secret")
+    if not isinstance(claims, dict):
+        raise bad("its claims are not an object")
+    exp = claims.get("exp")
+    if not isinstance(exp, int | float) or isinstance(exp, bool):
+        raise bad("it has no expiry")
+    if exp + JWT_LEEWAY_SECONDS < now:
+        raise bad("it has expired")
+    if claims.get("iss") != "open-webui":
+        raise bad("it was not issued by open-webui")
+    sub = claims.get("sub")
+    if not isinstance(sub, str) or not sub:
+        raise bad("it names no user")
+    return claims
+
+
+def owner_for(user_id: str) -> str:
+    """``openwebui:<id>``; ids outside the principal alphabet are hashed, not rejected."""
+    if user_id and len(user_id) <= 128 and all(c.isalnum() or c in "._:@-" for c in user_id):
+        return "openwebui:" + user_id
+    return "openwebui:h-" + hashlib.sha256(user_id.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Identity:
+    owner: str | None
+    source: str  # "jwt" | "headers" | "none"
+    email: str | None = None
+    name: str | None = None
+
+
+def identify(headers: Any, config: Config, now: float) -> Identity:
+    token = headers.get("X-OpenWebUI-User-Jwt")
+    secret = config.proxy.openwebui_jwt_secret
+    if token is not None:
+        if not secret:
+            raise AuthError(
+                "Open WebUI sent a user JWT but proxy.openwebui_jwt_secret is not set; "
+                "configure the shared secret.",
+                code="jwt_not_configured",
+            )
+        claims = verify_openwebui_jwt(token, secret, now)
+        return Identity(owner_for(claims["sub"]), "jwt", claims.get("email"), claims.get("name"))
+    if config.proxy.trust_user_headers:
+        user_id = headers.get("X-OpenWebUI-User-Id")
+        if user_id:
+            email = headers.get("X-OpenWebUI-User-Email")
+            name = headers.get("X-OpenWebUI-User-Name")
+            return Identity(
+                owner_for(urllib.parse.unquote(user_id)),
+                "headers",
+                urllib.parse.unquote(email) if email else None,
+                urllib.parse.unquote(name) if name else None,
+            )
+    return Identity(None, "none")
+
+
+def requested_mode(body: dict[str, Any]) -> str | None:
+    value: Any = body.get("download_link_mode")
+    if value is None:
+        meta = body.get("metadata")
+        hermes = meta.get("hermes") if isinstance(meta, dict) else None
+        value = hermes.get("download_link_mode") if isinstance(hermes, dict) else None
+    if value is None:
+        return None
+    if value not in LINK_MODES:
+        raise RequestError(
+            "download_link_mode must be 'private' or 'public'.", code="invalid_download_link_mode"
+        )
+    return str(value)
+
+
+# -- the Open WebUI-shaped chat stream ---------------------------------------------
+
+
+class OwuiChat:
+    """Turns run events into chat-completion chunks (and a whole completion)."""
+
+    def __init__(self, model: str, mode: str) -> None:
+        self.id = "chatcmpl-" + secrets.token_hex(12)
+        self.created = int(time.time())
+        self.model = model
+        self.mode = mode
+        self.rewriter = StreamRewriter()  # name-only: defence in depth
+        self.text: list[str] = []
+        self.finished = False
+        self.manifest: dict[str, Any] | None = None
+        self.usage: dict[str, Any] | None = None
+        self.error: dict[str, Any] | None = None
+
+    def chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        obj = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            **extra,
+        }
+        return encode_json(obj)
+
+    def on_event(self, ev: dict[str, Any]) -> bytes:
+        kind = ev.get("event")
+        if kind == "run.started":
+            return self.chunk({"role": "assistant", "content": ""})
+        if kind == "message.delta":
+            text = self.rewriter.feed(str(ev.get("delta", "")))
+            self.text.append(text)
+            return self.chunk({"content": text}) if text else b""
+        if kind == "run.completed":
+            return self._end(ev, failed=False)
+        if kind in ("run.failed", "run.cancelled"):
+            return self._end(ev, failed=True)
+        return b""
+
+    def _end(self, ev: dict[str, Any], *, failed: bool) -> bytes:
+        self.finished = True
+        rest = self.rewriter.flush()
+        manifest = ev.get("gateway")
+        self.manifest = manifest if isinstance(manifest, dict) else None
+        if isinstance(ev.get("usage"), dict):
+            self.usage = ev["usage"]
+        if (
+            not failed
+            and self.mode == "private"
+            and self.manifest is not None
+            and self.manifest.get("artifacts")
+        ):
+            rest += PRIVATE_NOTE
+        self.text.append(rest)
+        extra: dict[str, Any] = {}
+        if self.manifest is not None:
+            extra["gateway"] = self.manifest
+        if failed:
+            err = ev.get("error") if isinstance(ev.get("error"), dict) else None
+            if err is None:
+                err = {"code": "run_cancelled", "message": "The run was stopped."}
+            code = str(err.get("code") or "run_failed")
+            message = rewrite(str(err.get("message") or "The run failed."))
+            self.error = {"message": message, "type": code, "code": code}
+            extra["error"] = self.error
+            return self.chunk({"content": rest} if rest else {}, "error", **extra) + DONE
+        if self.usage is not None:
+            extra["usage"] = self.usage
+        return self.chunk({"content": rest} if rest else {}, "stop", **extra) + DONE
+
+    def failure(self, code: str, message: str) -> bytes:
+        """The gateway went away mid-stream: end properly anyway."""
+        return self._end(
+            {"event": "run.failed", "error": {"code": code, "message": message}}, failed=True
+        )
+
+    def completion(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "".join(self.text)},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": self.usage,
+            "gateway": self.manifest or {"download_link_mode": self.mode, "artifacts": []},
+        }
+
+
+# -- the app -------------------------------------------------------------------------
+
+
+@dataclass
+class ProxyState:
+    config: Config
+    client: httpx.AsyncClient
+    draining: trio.Event = field(default_factory=trio.Event)
+    clock: Callable[[], float] = time.time
+
+    def gateway_headers(self, owner: str | None = None, mode: str | None = None) -> dict[str, str]:
+        h = {"Authorization": f"Bearer {self.config.proxy.gateway_key}"}
+        if owner is not None:
+            h["X-Gateway-Owner"] = owner
+        if mode is not None:
+            h["X-Gateway-Link-Mode"] = mode
+        return h
+
+
+def _gateway_down(exc: Exception) -> UpstreamError:
+    return UpstreamError(
+        "The artifact gateway behind this proxy is not answering; check that `gateway run` is up.",
+        code="gateway_unreachable",
+    )
+
+
+async def _gateway_error(resp: httpx.Response) -> GatewayError:
+    try:
+        data = json.loads(await resp.aread())
+        err = data.get("error", {}) if isinstance(data, dict) else {}
+    except ValueError:
+        err = {}
+    code = str(err.get("code") or f"gateway_http_{resp.status_code}")
+    message = rewrite(str(err.get("message") or "The gateway refused the request."))
+    status = resp.status_code if 400 <= resp.status_code < 500 else 502
+    return GatewayError(message, code=code, status=status)
+
+
+def create_proxy_app(
+    config: Config,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    clock: Callable[[], float] = time.time,
+) -> QuartTrio:
+    app = QuartTrio("gateway-proxy")
+    app.asgi_http_class = GatewayHTTPConnection
+    app.config["RESPONSE_TIMEOUT"] = None
+    app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
+    client = httpx.AsyncClient(
+        base_url=config.proxy.gateway_url,
+        timeout=httpx.Timeout(10.0, read=None),
+        transport=transport,
+    )
+    ps = ProxyState(config, client, clock=clock)
+    app.proxy = ps  # type: ignore[attr-defined]
+    client_keys = {hashlib.sha256(k.encode()).digest() for k in config.proxy.client_keys}
+
+    def authenticate() -> None:
+        auth = request.headers.get("Authorization", "")
+        scheme, _, token = auth.partition(" ")
+        if not auth:
+            raise AuthError(
+                "Missing bearer key: send 'Authorization: Bearer <key>'.", code="missing_api_key"
+            )
+        digest = hashlib.sha256(token.strip().encode()).digest()
+        if scheme.lower() != "bearer" or digest not in client_keys:
+            raise AuthError(
+                "The bearer key is not one of proxy.client_keys.", code="invalid_api_key"
+            )
+
+    @app.before_request
+    async def _route_label() -> None:
+        rule = request.url_rule
+        request.scope["gateway.route"] = rule.rule if rule is not None else "unmatched"  # type: ignore[typeddict-unknown-key]
+
+    @app.after_serving
+    async def _close() -> None:
+        await client.aclose()
+
+    @app.errorhandler(GatewayError)
+    async def _gw_error(exc: GatewayError) -> Response:
+        return error_response(exc)
+
+    @app.errorhandler(HTTPException)
+    async def _http_error(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        messages = {
+            404: ("not_found", "No such route on this proxy."),
+            405: ("method_not_allowed", "This route does not accept that HTTP method."),
+            413: ("request_too_large", "The request body is larger than the proxy accepts."),
+        }
+        code, message = messages.get(status, ("http_error", "The request could not be handled."))
+        return error_response(GatewayError(message, code=code, status=status))
+
+    @app.errorhandler(Exception)
+    async def _unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response(
+            GatewayError(
+                "The proxy failed unexpectedly; the error was logged.", code="internal_error"
+            )
+        )
+
+    @app.get("/health")
+    async def health() -> Response:
+        try:
+            r = await client.get("/health", timeout=2.0)
+            gw = "ok" if r.status_code == 200 else f"http {r.status_code}"
+        except httpx.HTTPError:
+            gw = "unreachable"
+        return json_response(
+            {
+                "status": "ok",
+                "version": __version__,
+                "gateway": gw,
+                "draining": ps.draining.is_set(),
+            }
+        )
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        authenticate()
+        try:
+            r = await client.get("/v1/models", headers=ps.gateway_headers())
+        except httpx.HTTPError as exc:
+            raise _gateway_down(exc) from exc
+        if r.status_code != 200:
+            raise await _gateway_error(r)
+        return json_response(r.json())
+
+    @app.post("/v1/chat/completions")
+    async def chat() -> Response:
+        authenticate()
+        raw = await request.get_data(as_text=False)
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            raise RequestError("The request body must be a JSON object.", code="invalid_json")
+        model = body.get("model")
+        messages = body.get("messages")
+        if not isinstance(model, str) or not model:
+            raise RequestError("'model' must be a non-empty string.", code="missing_model")
+        if not isinstance(messages, list) or not messages:
+            raise RequestError("'messages' must be a non-empty list.", code="missing_messages")
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise RequestError("'stream' must be true or false.", code="invalid_stream")
+        ident = identify(request.headers, config, ps.clock())
+        request.scope["gateway.principal"] = ident.owner or "-"  # type: ignore[typeddict-unknown-key]
+        mode = requested_mode(body) or config.artifacts.default_link_mode
+        if ident.owner is None and mode == "private":
+            raise RequestError(
+                "Private download links need to know the Open WebUI user: enable "
+                "ENABLE_FORWARD_USER_INFO_HEADERS (or a JWT secret), or ask for public links.",
+                code="identity_required",
+            )
+        owner = ident.owner or "openwebui:anonymous"
+        run_body = {"model": model, "messages": messages}
+        try:
+            r = await client.post(
+                "/v1/runs", json=run_body, headers=ps.gateway_headers(owner, mode)
+            )
+        except httpx.HTTPError as exc:
+            raise _gateway_down(exc) from exc
+        if r.status_code != 202:
+            raise await _gateway_error(r)
+        run_id = r.json()["run_id"]
+        owui = OwuiChat(model, mode)
+        if not stream:
+            async with relay_run(ps, run_id, owner, owui) as chunks:
+                async for _ in chunks:
+                    pass
+            if owui.error is not None:
+                raise GatewayError(owui.error["message"], code=owui.error["code"], status=502)
+            return json_response(owui.completion())
+        body_ = ChannelBody(relay_run(ps, run_id, owner, owui))
+        response = Response(body_, status=200, headers=SSE_HEADERS)
+        response.timeout = None
+        return response
+
+    return app
+
+
+@trio.as_safe_channel
+async def relay_run(
+    ps: ProxyState, run_id: str, owner: str, owui: OwuiChat
+) -> AsyncGenerator[bytes, None]:
+    """Follow a run's events (reconnecting with Last-Event-ID) as Open WebUI chunks."""
+    last_seq = 0
+    failures = 0
+    headers = ps.gateway_headers(owner)
+    try:
+        while not owui.finished:
+            try:
+                async with ps.client.stream(
+                    "GET",
+                    f"/v1/runs/{run_id}/events",
+                    headers={**headers, "Last-Event-ID": str(last_seq)},
+                ) as resp:
+                    if resp.status_code != 200:
+                        err = await _gateway_error(resp)
+                        yield owui.failure(err.code, err.message)
+                        return
+                    decoder = SSEDecoder()
+                    async for data in resp.aiter_bytes():
+                        out: list[bytes] = []
+                        for ev in decoder.feed(data):
+                            try:
+                                obj = json.loads(ev.data)
+                            except ValueError:
+                                continue
+                            if not isinstance(obj, dict):
+                                continue
+                            seq = obj.get("seq")
+                            if isinstance(seq, int):
+                                if seq <= last_seq:
+                                    continue
+                                last_seq = seq
+                            out.append(owui.on_event(obj))
+                            if owui.finished:
+                                break
+                        yield b"".join(out) or encode_comment()
+                        if owui.finished:
+                            return
+            except httpx.HTTPError:
+                failures += 1
+                if failures >= 3:
+                    yield owui.failure(
+                        "gateway_unreachable",
+                        "The connection to the artifact gateway broke and could not be resumed.",
+                    )
+                    return
+                await trio.sleep(0.2 * failures)
+                continue
+            if not owui.finished:
+                failures += 1
+                if failures >= 3:
+                    yield owui.failure(
+                        "gateway_disconnected", "The artifact gateway ended the stream early."
+                    )
+                    return
+    finally:
+        if not owui.finished:
+            with trio.move_on_after(2) as scope:
+                scope.shield = True
+                with contextlib.suppress(httpx.HTTPError):
+                    await ps.client.post(f"/v1/runs/{run_id}/stop", headers=headers)
