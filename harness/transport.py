@@ -8,7 +8,8 @@ exactly one scripted chunk. Nothing else of the gateway is replaced.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -25,6 +26,8 @@ class Scripted:
     delay: float = 0.0  #: seconds before each chunk
     fail_after: bool = False  #: raise RemoteProtocolError after the last chunk (a cut connection)
     gate: trio.Event | None = None  #: wait for this before the last chunk
+    #: awaited after chunk i was handed over, before chunk i+1 is released
+    after_chunk: Callable[[int], Awaitable[None]] | None = None
     gates: Sequence[trio.Event] | None = None  #: ``gates[i]`` is awaited before chunk ``i``
 
 
@@ -45,8 +48,12 @@ class _Stream(httpx.AsyncByteStream):
             else:
                 await trio.lowlevel.checkpoint()
             yield chunk
+            if s.after_chunk is not None:
+                await s.after_chunk(i)
         if s.fail_after:
-            raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+            raise httpx.RemoteProtocolError(
+                "peer closed connection without sending complete message body"
+            )
 
     async def aclose(self) -> None:
         self._closed.append(trio.current_time())
@@ -78,4 +85,4 @@ def split_every(data: bytes, size: int) -> list[bytes]:
 
 def split_at(data: bytes, points: Sequence[int]) -> list[bytes]:
     bounds = [0, *sorted(p for p in points if 0 < p < len(data)), len(data)]
-    return [data[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    return [data[a:b] for a, b in itertools.pairwise(bounds) if b > a]

@@ -1,0 +1,226 @@
+"""Cassettes: vcrpy YAML with legible SSE bodies, plus an expectation file beside each.
+
+A cassette is a normal vcrpy cassette (``interactions: [{request, response}]``)
+written by the ``sse-yaml`` serializer registered here: an event-stream response
+body is stored as ``body: {sse: [event, event, ...]}`` (one YAML block string per
+SSE event) instead of one escaped string, so an incident's stream can be read and
+edited in review. Loading joins the events back into the exact bytes.
+
+``NAME.yaml`` holds the upstream interaction; ``NAME.expect.yaml`` beside it says
+how to replay it and what the client must end up seeing::
+
+    front: chat            # chat | responses | runs | proxy
+    principal: alice       # alice | bob (keys of the replay config)
+    link_mode: private     # private | public | null (config default)
+    mode_via: body         # body | metadata | header | default (how the mode is asked)
+    default_link_mode: private
+    mounts:                # recorded host prefix -> sandbox (the artifact root)
+      "/Users/alice/.agent/artifacts": root
+    files:                 # created in the sandbox before the replay
+      root/out/report.pdf: "%PDF-1.4 demo"
+    expect:
+      text: "See [report.pdf](<link:root/out/report.pdf>)."   # assembled text
+      names_only: ["/Users/bob/Desktop/secret.txt"]             # paths shown as names
+      never: ["/Users/alice", "C:\\\\Users"]                     # never in any output byte
+      error_code: null     # code of the terminal error, when the stream fails
+      http_status: 200
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SERIALIZER_NAME = "sse-yaml"
+
+
+class _Dumper(yaml.SafeDumper):  # type: ignore[misc]
+    pass
+
+
+def _str_presenter(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    if (
+        "\n" in data
+        and not any(c in data for c in "\r\x85\u2028\u2029")
+        and data == data.rstrip(" ")
+    ):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data)
+
+
+_Dumper.add_representer(str, _str_presenter)
+
+
+def split_events(body: str) -> list[str]:
+    """Split an SSE body after each blank line, keeping every byte."""
+    out: list[str] = []
+    start = 0
+    while True:
+        i = body.find("\n\n", start)
+        if i < 0:
+            break
+        out.append(body[start : i + 2])
+        start = i + 2
+    if start < len(body):
+        out.append(body[start:])
+    return out
+
+
+def _headers_get(headers: dict[str, Any], name: str) -> str:
+    for k, v in headers.items():
+        if k.lower() == name:
+            return str(v[0] if isinstance(v, list) and v else v)
+    return ""
+
+
+class SSEYamlSerializer:
+    """vcrpy serializer: ``serialize(dict) -> str`` and ``deserialize(str) -> dict``."""
+
+    @staticmethod
+    def serialize(cassette: dict[str, Any]) -> str:
+        data = yaml.safe_load(yaml.safe_dump(cassette))  # deep copy into plain types
+        for inter in data.get("interactions", []):
+            resp = inter.get("response", {})
+            body = resp.get("body", {})
+            content = body.get("string")
+            if isinstance(content, bytes):
+                content = content.decode("utf-8", "replace")
+            if "event-stream" in _headers_get(
+                resp.get("headers", {}), "content-type"
+            ) and isinstance(content, str):
+                resp["body"] = {"sse": split_events(content)}
+            req = inter.get("request", {})
+            if isinstance(req.get("body"), bytes):
+                req["body"] = req["body"].decode("utf-8", "replace")
+        out = io.StringIO()
+        yaml.dump(data, out, Dumper=_Dumper, allow_unicode=True, sort_keys=False, width=100)
+        return out.getvalue()
+
+    @staticmethod
+    def deserialize(text: str) -> dict[str, Any]:
+        data: dict[str, Any] = yaml.safe_load(text) or {}
+        for inter in data.get("interactions", []):
+            body = inter.get("response", {}).get("body", {})
+            if isinstance(body, dict) and "sse" in body:
+                inter["response"]["body"] = {"string": "".join(body["sse"])}
+        return data
+
+
+def register(vcr: Any) -> None:
+    """Register the serializer on a ``vcr.VCR`` instance."""
+    vcr.register_serializer(SERIALIZER_NAME, SSEYamlSerializer)
+
+
+@dataclass
+class Expectation:
+    front: str = "chat"
+    principal: str = "alice"
+    link_mode: str | None = None
+    mode_via: str = "body"
+    default_link_mode: str = "private"
+    mounts: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    text: str | None = None
+    names_only: list[str] = field(default_factory=list)
+    never: list[str] = field(default_factory=list)
+    error_code: str | None = None
+    http_status: int = 200
+    request: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Cassette:
+    name: str
+    path: Path
+    request_body: dict[str, Any]
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    expect: Expectation
+
+
+def load(path: Path) -> Cassette:
+    import json
+
+    data = SSEYamlSerializer.deserialize(path.read_text(encoding="utf-8"))
+    inters = data.get("interactions") or []
+    if not inters:
+        raise ValueError(f"{path.name}: no interactions")
+    inter = inters[0]
+    req_body = inter.get("request", {}).get("body") or "{}"
+    try:
+        request_body = json.loads(req_body) if isinstance(req_body, str) else dict(req_body)
+    except ValueError:
+        request_body = {}
+    resp = inter["response"]
+    content = resp.get("body", {}).get("string", "")
+    body = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+    headers = {
+        k.lower(): (v[0] if isinstance(v, list) else v) for k, v in resp.get("headers", {}).items()
+    }
+    exp_path = path.with_name(path.stem + ".expect.yaml")
+    raw = yaml.safe_load(exp_path.read_text(encoding="utf-8")) if exp_path.exists() else {}
+    expect_block = raw.pop("expect", {}) or {}
+    exp = Expectation(
+        **{k: v for k, v in raw.items() if k in Expectation.__dataclass_fields__},
+        **{k: v for k, v in expect_block.items() if k in Expectation.__dataclass_fields__},
+    )
+    return Cassette(
+        name=path.stem,
+        path=path,
+        request_body=request_body,
+        status=int(resp.get("status", {}).get("code", 200)),
+        headers={str(k): str(v) for k, v in headers.items()},
+        body=body,
+        expect=exp,
+    )
+
+
+def discover(paths: list[str]) -> list[Path]:
+    found: list[Path] = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            found.extend(
+                sorted(q for q in path.glob("*.yaml") if not q.name.endswith(".expect.yaml"))
+            )
+        elif path.exists():
+            found.append(path)
+    return found
+
+
+def write(
+    path: Path,
+    *,
+    request_body: dict[str, Any],
+    body: str,
+    status: int = 200,
+    uri: str = "http://127.0.0.1:9000/v1/chat/completions",
+    content_type: str = "text/event-stream",
+) -> None:
+    """Write a one-interaction cassette (used by ``capture`` and by tests)."""
+    import json
+
+    data = {
+        "version": 1,
+        "interactions": [
+            {
+                "request": {
+                    "method": "POST",
+                    "uri": uri,
+                    "body": json.dumps(request_body, ensure_ascii=False),
+                    "headers": {"Content-Type": ["application/json"]},
+                },
+                "response": {
+                    "status": {"code": status, "message": "OK" if status < 400 else "Error"},
+                    "headers": {"Content-Type": [content_type]},
+                    "body": {"string": body},
+                },
+            }
+        ],
+    }
+    path.write_text(SSEYamlSerializer.serialize(data), encoding="utf-8")
