@@ -203,9 +203,8 @@ def error_response(exc: GatewayError) -> Response:
 
 
 def json_response(obj: Any, status: int = 200) -> Response:
-    return Response(
-        json.dumps(obj, ensure_ascii=False), status=status, content_type="application/json"
-    )
+    body = json.dumps(obj, ensure_ascii=False).encode("utf-8", "backslashreplace")
+    return Response(body, status=status, content_type="application/json")
 
 
 _HTTP_CODES = {

@@ -132,7 +132,7 @@ class ArtifactService:
         written = Path(os.path.normpath(host))
         try:
             resolved = Path(os.path.realpath(host, strict=True))
-        except (OSError, RuntimeError):
+        except (OSError, RuntimeError, ValueError):  # ValueError: NUL or lone surrogate
             log.debug("no link: missing or unresolvable")
             return None
         root = self._under_root(resolved)
@@ -212,7 +212,10 @@ class ArtifactService:
 
     async def authorize_public(self, artifact_id: str, exp: str, sig: str) -> ArtifactRecord:
         """A public link: signature first (tampered → 404), then expiry (→ 410)."""
-        if not exp.isdigit() or len(exp) > 12:
+        # Only the exact text that was signed: ASCII digits, no leading zero. (str.isdigit
+        # alone lets "²" through to int(), a 500, and "0<exp>" or other-script digits
+        # would verify as aliases of the signed link.)
+        if not (exp.isascii() and exp.isdigit()) or len(exp) > 12 or str(int(exp)) != exp:
             raise _not_found()
         exp_i = int(exp)
         if not self.signer.verify_link(artifact_id, exp_i, sig):

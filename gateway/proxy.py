@@ -31,6 +31,7 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import secrets
 import time
 import urllib.parse
@@ -49,6 +50,7 @@ from gateway.app import ChannelBody, GatewayHTTPConnection, error_response, json
 from gateway.auth import LINK_MODES
 from gateway.config import Config
 from gateway.errors import AuthError, GatewayError, RequestError, UpstreamError
+from gateway.paths import DEFAULT_MAX_PATH_CHARS
 from gateway.rewrite import StreamRewriter, rewrite
 from gateway.sse import DONE, SSEDecoder, encode_comment, encode_json
 
@@ -167,12 +169,22 @@ def requested_mode(body: dict[str, Any]) -> str | None:
 class OwuiChat:
     """Turns run events into chat-completion chunks (and a whole completion)."""
 
-    def __init__(self, model: str, mode: str) -> None:
+    def __init__(
+        self,
+        model: str,
+        mode: str,
+        *,
+        extra_roots: tuple[str, ...] = (),
+        max_path_chars: int = DEFAULT_MAX_PATH_CHARS,
+    ) -> None:
         self.id = "chatcmpl-" + secrets.token_hex(12)
         self.created = int(time.time())
         self.model = model
         self.mode = mode
-        self.rewriter = StreamRewriter()  # name-only: defence in depth
+        # name-only: defence in depth. It must know the configured artifact roots and
+        # mount prefixes (e.g. /workspace), which are not among the usual host roots.
+        self.extra_roots = extra_roots
+        self.rewriter = StreamRewriter(extra_roots=extra_roots, max_path_chars=max_path_chars)
         self.text: list[str] = []
         self.finished = False
         self.manifest: dict[str, Any] | None = None
@@ -227,7 +239,9 @@ class OwuiChat:
             if err is None:
                 err = {"code": "run_cancelled", "message": "The run was stopped."}
             code = str(err.get("code") or "run_failed")
-            message = rewrite(str(err.get("message") or "The run failed."))
+            message = rewrite(
+                str(err.get("message") or "The run failed."), extra_roots=self.extra_roots
+            )
             self.error = {"message": message, "type": code, "code": code}
             extra["error"] = self.error
             return self.chunk({"content": rest} if rest else {}, "error", **extra) + DONE
@@ -269,6 +283,20 @@ class ProxyState:
     draining: trio.Event = field(default_factory=trio.Event)
     clock: Callable[[], float] = time.time
 
+    @property
+    def extra_roots(self) -> tuple[str, ...]:
+        """Configured artifact roots and mount prefixes: paths too, for the scrubbers."""
+        arts = self.config.artifacts
+        return (*(str(r) for r in arts.roots), *(m.agent_prefix for m in arts.mounts))
+
+    def chat(self, model: str, mode: str) -> OwuiChat:
+        return OwuiChat(
+            model,
+            mode,
+            extra_roots=self.extra_roots,
+            max_path_chars=self.config.limits.max_path_chars,
+        )
+
     def gateway_headers(self, owner: str | None = None, mode: str | None = None) -> dict[str, str]:
         h = {"Authorization": f"Bearer {self.config.proxy.gateway_key}"}
         if owner is not None:
@@ -285,14 +313,25 @@ def _gateway_down(exc: Exception) -> UpstreamError:
     )
 
 
-async def _gateway_error(resp: httpx.Response) -> GatewayError:
+async def _gateway_error(resp: httpx.Response, roots: tuple[str, ...] = ()) -> GatewayError:
+    if resp.status_code in (401, 403):
+        # The gateway refused *our* key (or its assertions): passing its 401 on would
+        # tell Open WebUI that its own connection key is wrong.
+        return UpstreamError(
+            "The artifact gateway refused this proxy's key; check that proxy.gateway_key "
+            'is a role = "proxy" key in the gateway\'s [[auth.keys]].',
+            code="gateway_auth_failed",
+        )
     try:
         data = json.loads(await resp.aread())
         err = data.get("error", {}) if isinstance(data, dict) else {}
+        err = err if isinstance(err, dict) else {}
     except ValueError:
         err = {}
     code = str(err.get("code") or f"gateway_http_{resp.status_code}")
-    message = rewrite(str(err.get("message") or "The gateway refused the request."))
+    message = rewrite(
+        str(err.get("message") or "The gateway refused the request."), extra_roots=roots
+    )
     status = resp.status_code if 400 <= resp.status_code < 500 else 502
     return GatewayError(message, code=code, status=status)
 
@@ -386,7 +425,7 @@ def create_proxy_app(
         except httpx.HTTPError as exc:
             raise _gateway_down(exc) from exc
         if r.status_code != 200:
-            raise await _gateway_error(r)
+            raise await _gateway_error(r, ps.extra_roots)
         return json_response(r.json())
 
     @app.post("/v1/chat/completions")
@@ -426,9 +465,9 @@ def create_proxy_app(
         except httpx.HTTPError as exc:
             raise _gateway_down(exc) from exc
         if r.status_code != 202:
-            raise await _gateway_error(r)
+            raise await _gateway_error(r, ps.extra_roots)
         run_id = r.json()["run_id"]
-        owui = OwuiChat(model, mode)
+        owui = ps.chat(model, mode)
         if not stream:
             async with relay_run(ps, run_id, owner, owui) as chunks:
                 async for _ in chunks:
@@ -442,6 +481,36 @@ def create_proxy_app(
         return response
 
     return app
+
+
+async def _watch_drain(
+    draining: trio.Event, send: trio.MemorySendChannel[bytes | httpx.HTTPError | None]
+) -> None:
+    """Put ``None`` into the channel when the proxy starts draining."""
+    with send:
+        await draining.wait()
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            send.send_nowait(None)
+
+
+async def _read_body(
+    resp: httpx.Response, send: trio.MemorySendChannel[bytes | httpx.HTTPError | None]
+) -> None:
+    """Copy a response body into an unbounded channel.
+
+    This task only ever waits inside httpx's read, so when it is cancelled (the proxy's
+    client went away, or the terminal event arrived) the cancellation runs through
+    httpx's chain of async generators and finishes them. Iterating ``aiter_bytes()``
+    in a generator that stops at a ``yield`` or returns early instead leaves that chain
+    suspended: trio then warns for each one when it is garbage collected. The channel is
+    bounded in practice by the run's event log (``limits.run_log_max_events``).
+    """
+    with send:
+        try:
+            async for data in resp.aiter_bytes():
+                send.send_nowait(data)
+        except httpx.HTTPError as exc:
+            send.send_nowait(exc)
 
 
 @trio.as_safe_channel
@@ -461,30 +530,49 @@ async def relay_run(
                     headers={**headers, "Last-Event-ID": str(last_seq)},
                 ) as resp:
                     if resp.status_code != 200:
-                        err = await _gateway_error(resp)
+                        err = await _gateway_error(resp, ps.extra_roots)
                         yield owui.failure(err.code, err.message)
                         return
                     decoder = SSEDecoder()
-                    async for data in resp.aiter_bytes():
-                        out: list[bytes] = []
-                        for ev in decoder.feed(data):
-                            try:
-                                obj = json.loads(ev.data)
-                            except ValueError:
-                                continue
-                            if not isinstance(obj, dict):
-                                continue
-                            seq = obj.get("seq")
-                            if isinstance(seq, int):
-                                if seq <= last_seq:
+                    send, recv = trio.open_memory_channel[bytes | httpx.HTTPError | None](
+                        math.inf
+                    )
+                    broken: httpx.HTTPError | None = None
+                    async with trio.open_nursery() as reader:
+                        reader.start_soon(_watch_drain, ps.draining, send.clone())
+                        reader.start_soon(_read_body, resp, send)
+                        async for data in recv:
+                            if data is None:
+                                yield owui.failure(
+                                    "gateway_draining",
+                                    "The proxy is restarting; the response was cut short, please retry.",
+                                )
+                                break
+                            if isinstance(data, httpx.HTTPError):
+                                broken = data
+                                break
+                            out: list[bytes] = []
+                            for ev in decoder.feed(data):
+                                try:
+                                    obj = json.loads(ev.data)
+                                except ValueError:
                                     continue
-                                last_seq = seq
-                            out.append(owui.on_event(obj))
+                                if not isinstance(obj, dict):
+                                    continue
+                                seq = obj.get("seq")
+                                if isinstance(seq, int):
+                                    if seq <= last_seq:
+                                        continue
+                                    last_seq = seq
+                                out.append(owui.on_event(obj))
+                                if owui.finished:
+                                    break
+                            yield b"".join(out) or encode_comment()
                             if owui.finished:
                                 break
-                        yield b"".join(out) or encode_comment()
-                        if owui.finished:
-                            return
+                        reader.cancel_scope.cancel()
+                    if broken is not None:
+                        raise broken
             except httpx.HTTPError:
                 failures += 1
                 if failures >= 3:

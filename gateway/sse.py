@@ -261,7 +261,10 @@ def encode_event(data: str, *, event: str | None = None, id: str | None = None) 
         if "\0" in id:
             raise ValueError("SSE id must not contain NUL")
         head += f"id: {id}\n"
-    return f"{head}data: {data}\n\n".encode()
+    # backslashreplace: a lone surrogate (from a JSON "\\ud800" upstream) becomes the
+    # escape text \\ud800 again, which is valid inside a JSON string, instead of
+    # killing the stream with UnicodeEncodeError
+    return f"{head}data: {data}\n\n".encode("utf-8", "backslashreplace")
 
 
 def encode_json(obj: object, *, event: str | None = None, id: str | None = None) -> bytes:

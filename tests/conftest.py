@@ -19,11 +19,14 @@ import trio
 from gateway.app import create_app
 from gateway.config import Config, config_from_dict
 from gateway.demo_upstream import DemoUpstreamApp, create_demo_upstream_app, serve_demo_upstream
+from gateway.proxy import create_proxy_app
 from gateway.server import serve_app
 
 ALICE_KEY = "test-alice-key-0123456789"
 BOB_KEY = "test-bob-key-0123456789ab"
 PROXY_KEY = "test-proxy-key-0123456789"
+#: a ``proxy.client_keys`` entry: what Open WebUI sends to the runs proxy
+OWUI_KEY = "test-owui-client-key-01234"
 
 
 def make_config(tmp: Path, upstream_url: str, **overrides: Any) -> Config:
@@ -109,3 +112,67 @@ async def upstream(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[Upstr
 @pytest.fixture
 async def gateway(nursery: trio.Nursery, upstream: Upstream, tmp_path: Path) -> AsyncIterator[Gateway]:
     yield await start_gateway(nursery, make_config(tmp_path, upstream.url + "/v1"))
+
+
+@dataclass
+class Proxy:
+    app: Any
+    url: str
+    config: Config
+
+    def client(self, key: str | None = OWUI_KEY, **kw: Any) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+        return httpx.AsyncClient(
+            base_url=self.url, headers=headers, timeout=httpx.Timeout(10, read=30), **kw
+        )
+
+
+def proxy_config(
+    tmp: Path,
+    upstream_url: str,
+    gateway_url: str,
+    *,
+    proxy: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> Config:
+    """``make_config`` plus a ``[proxy]`` section pointing at ``gateway_url`` (PROXY_KEY, OWUI_KEY)."""
+    section = {"gateway_url": gateway_url, "gateway_key": PROXY_KEY, "client_keys": [OWUI_KEY]}
+    return make_config(tmp, upstream_url, proxy={**section, **(proxy or {})}, **overrides)
+
+
+async def start_proxy(
+    nursery: trio.Nursery, config: Config, *, transport: httpx.AsyncBaseTransport | None = None
+) -> Proxy:
+    """The Open WebUI runs proxy on real hypercorn (its gateway is ``config.proxy.gateway_url``)."""
+    app = create_proxy_app(config, transport=transport)
+    urls: list[str] = await nursery.start(
+        partial(serve_app, app, "127.0.0.1:0", shutdown_trigger=trio.sleep_forever)
+    )
+    nursery.start_soon(_close_proxy_when_cancelled, app)
+    return Proxy(app, urls[0], config)
+
+
+async def _close_proxy_when_cancelled(app: Any) -> None:
+    try:
+        await trio.sleep_forever()
+    finally:
+        with trio.CancelScope(shield=True):
+            await app.proxy.client.aclose()
+
+
+@pytest.fixture
+async def proxy(
+    nursery: trio.Nursery, upstream: Upstream, gateway: Gateway, tmp_path: Path
+) -> AsyncIterator[Proxy]:
+    """demo upstream -> gateway -> runs proxy, all real servers on loopback."""
+    yield await start_proxy(nursery, proxy_config(tmp_path, upstream.url + "/v1", gateway.url))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``slow`` tests are excluded by default (see the marker); ``-m slow`` runs them."""
+    if "slow" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: run with -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -1,0 +1,353 @@
+"""ArtifactService, ResponseLinks, FileBody, parse_range and content_disposition without HTTP.
+
+Real files under ``tmp_path``, a real SQLite store and a real :class:`Signer`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.artifacts import (
+    READ_CHUNK,
+    ArtifactService,
+    FileBody,
+    Gone,
+    content_disposition,
+    etag,
+    parse_range,
+)
+from gateway.errors import NotFound
+from gateway.signing import Signer
+from gateway.store import SQLiteStore
+from tests.conftest import make_config
+
+T0 = 1_780_000_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now: float = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def service(tmp_path: Path, clock: Clock, **artifacts: Any) -> ArtifactService:
+    config = make_config(
+        tmp_path, "http://upstream.invalid/v1", artifacts={"public_ttl_seconds": 60, **artifacts}
+    )
+    store = SQLiteStore(tmp_path / "state" / "gateway.sqlite3")
+    return ArtifactService(config, store, Signer.generate(), clock=clock)
+
+
+@pytest.fixture
+def svc(tmp_path: Path, clock: Clock) -> ArtifactService:
+    return service(tmp_path, clock)
+
+
+@pytest.fixture
+def root(tmp_path: Path, svc: ArtifactService) -> Path:
+    return tmp_path / "artifacts"
+
+
+# --------------------------------------------------------------------------- parse_range
+
+
+@pytest.mark.parametrize(
+    ("header", "size", "expected"),
+    [
+        (None, 100, None),
+        ("", 100, None),
+        ("bytes=0-9", 100, (0, 9)),
+        ("bytes=-5", 100, (95, 99)),
+        ("bytes=10-", 100, (10, 99)),
+        ("bytes=90-1000", 100, (90, 99)),
+        ("bytes=-1000", 100, (0, 99)),
+        ("bytes=99-99", 100, (99, 99)),
+        ("BYTES = 0-0", 100, (0, 0)),
+        ("bytes=99999-", 100, False),
+        ("bytes=100-", 100, False),
+        ("bytes=-0", 100, False),
+        ("bytes=5-3", 100, False),
+        ("bytes=0-", 0, False),
+        ("bytes=-5", 0, False),
+        ("bytes=0-1,4-5", 100, None),  # multiple ranges: whole file
+        ("items=0-1", 100, None),
+        ("bytes=abc", 100, None),
+        ("bytes=a-b", 100, None),
+        ("bytes", 100, None),
+    ],
+)
+def test_parse_range(header: str | None, size: int, expected: object) -> None:
+    assert parse_range(header, size) == expected
+
+
+# --------------------------------------------------------------------------- disposition
+
+
+@pytest.mark.parametrize(
+    ("name", "fallback", "encoded"),
+    [
+        ("report.pdf", "report.pdf", "report.pdf"),
+        ("r\u00e9sum\u00e9 2026.txt", "r_sum_ 2026.txt", "r%C3%A9sum%C3%A9%202026.txt"),
+        ('a "b" \\c.txt', "a _b_ _c.txt", "a%20%22b%22%20%5Cc.txt"),
+        ("x\r\nSet-Cookie: y.txt", "x__Set-Cookie: y.txt", "x%0D%0ASet-Cookie%3A%20y.txt"),
+        ("\u4e2d\u6587", "__", "%E4%B8%AD%E6%96%87"),
+        ("", "download", ""),
+        ("a;b=c.txt", "a;b=c.txt", "a%3Bb%3Dc.txt"),
+    ],
+)
+def test_content_disposition(name: str, fallback: str, encoded: str) -> None:
+    cd = content_disposition(name)
+    assert cd == f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{encoded}"
+    assert cd.isascii() and "\r" not in cd and "\n" not in cd
+
+
+# --------------------------------------------------------------------------- inspect
+
+
+def test_inspect_regular_file_records_identity(svc: ArtifactService, root: Path) -> None:
+    f = root / "a b" / "report.pdf"
+    f.parent.mkdir()
+    f.write_bytes(b"%PDF-1.4 hi")
+    facts = svc.inspect(str(f))
+    assert facts is not None
+    st = f.stat()
+    assert (facts.path, facts.filename, facts.size) == (str(f), "report.pdf", 11)
+    assert (facts.device, facts.inode, facts.mtime_ns) == (st.st_dev, st.st_ino, st.st_mtime_ns)
+    assert facts.content_type == "application/pdf"
+    # a symlink inside the root to a file inside the root: the resolved file's identity
+    (root / "alias.pdf").symlink_to(f)
+    alias = svc.inspect(str(root / "alias.pdf"))
+    assert alias is not None and alias.path == str(f) and alias.filename == "report.pdf"
+    assert svc.inspect(str(root / "a b" / ".." / "a b" / "report.pdf")) == facts
+
+
+def test_inspect_refusals(tmp_path: Path, clock: Clock) -> None:
+    svc = service(tmp_path, clock, max_bytes=10, denied=[".ssh", "*.pem", ".config/gcloud"])
+    root, outside = tmp_path / "artifacts", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "o.txt").write_text("o")
+    (root / "ok.txt").write_text("ok")
+    (root / "big.bin").write_bytes(b"x" * 11)
+    (root / "exact.bin").write_bytes(b"x" * 10)
+    (root / ".SSH").mkdir()
+    (root / ".SSH" / "config").write_text("c")
+    (root / "Keys.PEM").write_text("k")
+    (root / ".config" / "gcloud").mkdir(parents=True)
+    (root / ".config" / "gcloud" / "creds.json").write_text("{}")
+    (root / ".config" / "other.json").write_text("{}")
+    (root / "to-denied").symlink_to(root / "Keys.PEM")
+    (root / "to-outside").symlink_to(outside / "o.txt")
+    (root / "loop").symlink_to(root / "loop")
+    (root / "dir").mkdir()
+    os.mkfifo(root / "fifo")
+
+    assert svc.inspect(str(root / "ok.txt")) is not None
+    assert svc.inspect(str(root / "exact.bin")) is not None  # max_bytes is inclusive
+    assert svc.inspect(str(root / ".config" / "other.json")) is not None  # only the run is denied
+    for refused in (
+        f"{root}/big.bin",
+        f"{root}/.SSH/config",  # case-insensitive
+        f"{root}/Keys.PEM",
+        f"{root}/.config/gcloud/creds.json",
+        f"{root}/to-denied",
+        f"{root}/to-outside",
+        f"{root}/loop",
+        f"{root}/dir",
+        f"{root}/fifo",
+        f"{root}/missing",
+        f"{root}/../outside/o.txt",
+        f"{root}/dir/../../outside/o.txt",
+        f"{outside}/o.txt",
+        str(root),
+        "relative/ok.txt",
+        "C:\\Users\\bob\\ok.txt",
+        "c:/Users/bob/ok.txt",
+        "\\\\server\\share\\ok.txt",
+        "//server/share/ok.txt",
+        f"{root}/ok\x00.txt",  # NUL: realpath raises ValueError
+        f"{root}/ok\ud800.txt",  # lone surrogate (from a JSON "\\ud800"): UnicodeEncodeError
+    ):
+        assert svc.inspect(refused) is None, refused
+
+
+def test_mounts_and_home(tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "artifacts"
+    (root / "out").mkdir(parents=True)
+    (root / "out" / "a.txt").write_text("a")
+    svc = service(
+        tmp_path,
+        clock,
+        mounts=[
+            {"agent_prefix": "/workspace", "host_dir": str(root)},
+            {"agent_prefix": "D:\\agent\\", "host_dir": str(root / "out")},
+        ],
+    )
+    assert svc.to_host_path("/workspace/out/a.txt") == str(root / "out" / "a.txt")
+    assert svc.to_host_path("/workspace") == str(root)
+    assert svc.to_host_path("/workspaces/x") == "/workspaces/x"  # not the prefix
+    assert svc.to_host_path("D:\\agent\\a.txt") == str(root / "out" / "a.txt")
+    assert svc.to_host_path("D:/agent/a.txt") == str(root / "out" / "a.txt")
+    assert svc.to_host_path("E:\\agent\\a.txt") is None
+    assert svc.inspect("/workspace/out/a.txt") is not None
+    assert svc.inspect("D:\\agent\\a.txt") is not None
+    assert svc.inspect("/workspace/../outside.txt") is None
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert svc.to_host_path("~/artifacts/out/a.txt") == str(root / "out" / "a.txt")
+    assert svc.inspect("~/artifacts/out/a.txt") is not None
+
+
+# --------------------------------------------------------------------------- links
+
+
+def test_mint_url_describe(svc: ArtifactService, root: Path, clock: Clock) -> None:
+    (root / "r.csv").write_text("a,b\n")
+    facts = svc.inspect(str(root / "r.csv"))
+    assert facts is not None
+    priv = svc.mint(facts, "alice", "private")
+    pub = svc.mint(facts, "alice", "public")
+    assert priv.id != pub.id and len(priv.id) >= 22
+    assert priv.expires is None and pub.expires == T0 + 60
+    assert svc.url(priv) == f"http://127.0.0.1:8642/v1/artifacts/{priv.id}"
+    base, _, query = svc.url(pub).partition("?")
+    assert base.endswith("/" + pub.id)
+    exp, sig = (kv.split("=", 1)[1] for kv in query.split("&"))
+    assert exp == str(T0 + 60) and svc.signer.verify_link(pub.id, T0 + 60, sig)
+    assert svc.describe(pub) == {
+        "id": pub.id,
+        "filename": "r.csv",
+        "url": svc.url(pub),
+        "link_mode": "public",
+        "bytes": 4,
+    }
+    assert svc.store.get_artifact(pub.id) == pub
+    assert str(root) not in etag(pub)
+
+
+async def test_authorize_public(svc: ArtifactService, root: Path, clock: Clock) -> None:
+    (root / "r.csv").write_text("a,b\n")
+    facts = svc.inspect(str(root / "r.csv"))
+    assert facts is not None
+    pub = svc.mint(facts, "alice", "public")
+    priv = svc.mint(facts, "alice", "private")
+    exp = str(T0 + 60)
+    sig = svc.signer.sign_link(pub.id, T0 + 60)
+    assert (await svc.authorize_public(pub.id, exp, sig)).id == pub.id
+
+    for bad_exp in ("0" + exp, "\u00b2", "\u0661" * 10, " " + exp, "+" + exp, "", "9" * 13):
+        with pytest.raises(NotFound):
+            await svc.authorize_public(pub.id, bad_exp, sig)
+    # a signature for the record's id but a later exp than minted: still the record's expiry
+    later = T0 + 10_000
+    with pytest.raises(NotFound):
+        await svc.authorize_public(pub.id, str(later), sig)
+    # a private record never answers to a signature, even a valid one
+    with pytest.raises(NotFound):
+        await svc.authorize_public(priv.id, exp, svc.signer.sign_link(priv.id, T0 + 60))
+    with pytest.raises(NotFound):
+        await svc.authorize_public("x" * 32, exp, svc.signer.sign_link("x" * 32, T0 + 60))
+
+    clock.now = T0 + 61
+    with pytest.raises(Gone) as gone:
+        await svc.authorize_public(pub.id, exp, sig)
+    assert gone.value.code == "artifact_expired" and gone.value.status == 410
+    with pytest.raises(NotFound):  # tampered and expired: tampering wins
+        await svc.authorize_public(pub.id, exp, sig[:-1] + ("A" if sig[-1] != "A" else "B"))
+    clock.now = T0
+    assert svc.store.revoke_artifact(pub.id, "alice")
+    with pytest.raises(Gone) as gone:
+        await svc.authorize_public(pub.id, exp, sig)
+    assert gone.value.code == "artifact_revoked"
+
+
+async def test_authorize_owner(svc: ArtifactService, root: Path) -> None:
+    (root / "r.csv").write_text("a,b\n")
+    facts = svc.inspect(str(root / "r.csv"))
+    assert facts is not None
+    rec = svc.mint(facts, "alice", "private")
+    assert (await svc.authorize_owner(rec.id, "alice")).id == rec.id
+    for owner, art_id in (
+        ("bob", rec.id),
+        ("alice", "y" * 32),
+        ("alice", "short"),
+        ("alice", "a/b" * 8),
+    ):
+        with pytest.raises(NotFound):
+            await svc.authorize_owner(art_id, owner)
+    svc.store.revoke_artifact(rec.id, "alice")
+    with pytest.raises(Gone):
+        await svc.authorize_owner(rec.id, "alice")
+    with pytest.raises(NotFound):
+        await svc.authorize_owner(rec.id, "bob")
+
+
+async def test_open_verified_and_file_body(svc: ArtifactService, root: Path) -> None:
+    data = os.urandom(READ_CHUNK * 2 + 123)
+    f = root / "big.bin"
+    f.write_bytes(data)
+    facts = svc.inspect(str(f))
+    assert facts is not None
+    rec = svc.mint(facts, "alice", "private")
+
+    for start, length in (
+        (0, len(data)),
+        (5, 10),
+        (READ_CHUNK - 1, READ_CHUNK + 2),
+        (len(data) - 1, 1),
+    ):
+        fd = await svc.open_verified(rec)
+        body = FileBody(fd, start, length)
+        async with body as it:
+            got = b"".join([c async for c in it])
+        assert got == data[start : start + length]
+        with pytest.raises(OSError):
+            os.fstat(fd)  # closed by __aexit__
+        body.close()  # idempotent
+
+    f.write_bytes(data[:-1])  # other size
+    with pytest.raises(Gone) as gone:
+        await svc.open_verified(rec)
+    assert gone.value.code == "artifact_changed"
+    assert str(root) not in gone.value.message
+
+
+async def test_response_links(svc: ArtifactService, root: Path, tmp_path: Path) -> None:
+    (root / "a.txt").write_text("a")
+    (root / "b.txt").write_text("bb")
+    links = svc.for_response("alice", "public")
+    assert links.download_link_mode == "public"
+    u1 = await links.resolve(f"{root}/a.txt")
+    assert u1 is not None and "?exp=" in u1
+    assert await links.resolve(f"{root}/a.txt") == u1
+    # realpath takes ".." lexically once the part before it exists (even a file): a.txt
+    assert await links.resolve(f"{root}/./b.txt/../a.txt") == u1
+    assert await links.resolve(f"{root}/x/../a.txt") is None  # x does not exist
+    (root / "x").mkdir()
+    # within one response a path keeps its first answer (consistency) ...
+    assert await links.resolve(f"{root}/x/../a.txt") is None
+    # ... and another spelling of the same file gets the same record
+    assert await links.resolve(f"{root}/x/./../a.txt") == u1
+    u2 = await links.resolve(f"{root}/b.txt")
+    assert u2 is not None and u2 != u1
+    assert await links.resolve(f"{tmp_path}/outside/none.txt") is None
+    manifest = links.manifest()
+    assert manifest["download_link_mode"] == "public"
+    assert [(a["filename"], a["url"], a["bytes"]) for a in manifest["artifacts"]] == [
+        ("a.txt", u1, 1),
+        ("b.txt", u2, 2),
+    ]
+    assert len(svc.store.list_artifacts("alice")) == 2
+    other = svc.for_response("bob", "private")
+    u3 = await other.resolve(f"{root}/a.txt")
+    assert u3 is not None and u3 != u1 and "?" not in u3
+    assert [r.owner for r in svc.store.list_artifacts("bob")] == ["bob"]
