@@ -707,7 +707,7 @@ async def execute_run(
     after: Callable[[], Awaitable[None]],
 ) -> None:
     """Run one background run to its end (in the app's service nursery)."""
-    sink = RunSink(run)
+    sink = RunSink(run, before_complete=after)
     try:
         with run.cancel_scope:
             try:
@@ -725,8 +725,6 @@ async def execute_run(
                 await close_quietly(resp)
         if not run.done:
             await sink.cancelled(pipeline)
-        if run.status == "completed":
-            await after()
     except Exception:
         log.exception("run failed unexpectedly")
         run.finish(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,10 @@ import trio
 from gateway.pipeline import ChatPipeline, Named, Out
 
 TERMINAL = ("run.completed", "run.failed", "run.cancelled")
+LOG_FULL_ERROR = {
+    "code": "run_log_full",
+    "message": "The run produced more events than the gateway keeps.",
+}
 
 
 def new_run_id() -> str:
@@ -50,34 +55,34 @@ class Run:
     cancel_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     _changed: trio.Event = field(default_factory=trio.Event)
     first_seq: int = 1
+    #: the log is full: nothing more is logged, the run is being stopped and its sink
+    #: ends it with ``run.failed`` (``run_log_full``), output and manifest included
+    overflowed: bool = False
 
     @property
     def done(self) -> bool:
         return self.status in ("completed", "failed", "cancelled", "interrupted")
 
-    def append(self, event: str, **fields: Any) -> None:
-        if self.done:
-            return
+    def append(self, event: str, **fields: Any) -> bool:
+        """Log one event; False if it was not logged (run over, or log full)."""
+        if self.done or self.overflowed:
+            return False
         seq = self.first_seq + len(self.events)
         if len(self.events) >= self.max_events and event not in TERMINAL:
-            self._finish(
-                "failed",
-                "run.failed",
-                error={
-                    "code": "run_log_full",
-                    "message": "The run produced more events than the gateway keeps.",
-                },
-            )
+            self.overflowed = True
             self.cancel_scope.cancel()
-            return
+            return False
         self.events.append({"event": event, "run_id": self.id, "seq": seq, **fields})
         self._wake()
+        return True
 
     def _wake(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
 
     def _finish(self, status: str, event: str, **fields: Any) -> None:
+        if isinstance(fields.get("error"), dict):
+            self.error = fields["error"]  # the summary says why, whoever ended the run
         seq = self.first_seq + len(self.events)
         self.events.append({"event": event, "run_id": self.id, "seq": seq, **fields})
         self.status = status
@@ -151,10 +156,18 @@ class RunRegistry:
 
 
 class RunSink:
-    """The runs "encoder": writes events into the run's log instead of bytes."""
+    """The runs "encoder": writes events into the run's log instead of bytes.
 
-    def __init__(self, run: Run) -> None:
+    ``before_complete`` (e.g. saving the turn in its session) is awaited after the
+    output is final and *before* ``run.completed`` is published, so a client that
+    sees ``run.completed`` and goes on at once finds everything the run wrote.
+    """
+
+    def __init__(
+        self, run: Run, before_complete: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self.run = run
+        self.before_complete = before_complete
         self._tools: dict[int, dict[str, Any]] = {}
 
     def start(self) -> bytes:
@@ -193,8 +206,8 @@ class RunSink:
         if text:
             joined = "".join(text)
             text.clear()
-            self.run.output.append(joined)
-            self.run.append("message.delta", delta=joined)
+            if self.run.append("message.delta", delta=joined):
+                self.run.output.append(joined)  # the output is exactly the logged deltas
 
     def _tool(self, call: dict[str, Any]) -> None:
         idx = call.get("index", 0)
@@ -223,9 +236,23 @@ class RunSink:
                     arguments="".join(state["arguments"]),
                 )
 
+    def _log_full(self, pipeline: ChatPipeline) -> None:
+        self.run.finish(
+            "failed",
+            "run.failed",
+            error=LOG_FULL_ERROR,
+            output="".join(self.run.output),
+            gateway=pipeline.resolver.manifest(),
+        )
+
     async def end(self, pipeline: ChatPipeline) -> bytes:
         self.batch(list(await pipeline.finish()))
         self._complete_tools()
+        if self.run.overflowed:
+            self._log_full(pipeline)
+            return b""
+        if self.before_complete is not None and not self.run.done:
+            await self.before_complete()
         self.run.finish(
             "completed",
             "run.completed",
@@ -237,6 +264,9 @@ class RunSink:
 
     async def fail(self, pipeline: ChatPipeline, code: str, message: str) -> bytes:
         self.batch(list(await pipeline.finish(failed=True)))
+        if self.run.overflowed:
+            self._log_full(pipeline)
+            return b""
         status = "interrupted" if code == "gateway_draining" else "failed"
         self.run.error = {"code": code, "message": message}
         self.run.finish(
@@ -250,6 +280,9 @@ class RunSink:
 
     async def cancelled(self, pipeline: ChatPipeline) -> None:
         self.batch(list(await pipeline.finish(failed=True)))
+        if self.run.overflowed:  # cancelled by the full log, not by a stop
+            self._log_full(pipeline)
+            return
         self.run.finish(
             "cancelled",
             "run.cancelled",

@@ -11,6 +11,7 @@ invisible session (404).
 from __future__ import annotations
 
 import re
+import threading
 import time
 from typing import Any
 
@@ -43,6 +44,9 @@ def session_id_from(headers_value: str | None, body: dict[str, Any]) -> str | No
 class Sessions:
     def __init__(self, store: Store) -> None:
         self.store = store
+        # append is read-modify-write over two store calls: without this lock two turns
+        # finishing together in one session lose one of them (the last write wins)
+        self._append_lock = threading.Lock()
 
     async def history(self, owner: str, sid: str) -> list[dict[str, Any]]:
         doc = await trio.to_thread.run_sync(self.store.get_json, KIND, owner, sid)
@@ -55,18 +59,19 @@ class Sessions:
         self, owner: str, sid: str, new: list[dict[str, Any]], assistant_text: str
     ) -> None:
         def update() -> None:
-            doc = self.store.get_json(KIND, owner, sid)
-            now = time.time()
-            if doc is None:
-                doc = {"id": sid, "created": now, "messages": []}
-            messages = [
-                *doc.get("messages", []),
-                *new,
-                {"role": "assistant", "content": assistant_text},
-            ]
-            doc["messages"] = messages[-MAX_MESSAGES:]
-            doc["updated"] = now
-            self.store.put_json(KIND, owner, sid, doc)
+            with self._append_lock:
+                doc = self.store.get_json(KIND, owner, sid)
+                now = time.time()
+                if doc is None:
+                    doc = {"id": sid, "created": now, "messages": []}
+                messages = [
+                    *doc.get("messages", []),
+                    *new,
+                    {"role": "assistant", "content": assistant_text},
+                ]
+                doc["messages"] = messages[-MAX_MESSAGES:]
+                doc["updated"] = now
+                self.store.put_json(KIND, owner, sid, doc)
 
         await trio.to_thread.run_sync(update)
 
