@@ -8,6 +8,7 @@ no stack trace ever reaches a client.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -83,6 +84,10 @@ class GatewayState:
     resolver_factory: ResolverFactory | None = None
     rewrite_enabled: bool = True  # harness-only switch (proves leaks are caught)
     started: float = field(default_factory=time.time)
+
+    def count_rewrites(self, pipeline: ChatPipeline) -> None:
+        self.metrics.rewrites.labels("link").inc(pipeline.stats.links)
+        self.metrics.rewrites.labels("name_only").inc(pipeline.stats.names)
 
     async def aclose(self) -> None:
         """Close the upstream client and the store (idempotent)."""
@@ -271,7 +276,19 @@ def stream_response(
 ) -> Response:
     gauge = st.metrics.open_streams.labels(route)
     gauge.inc()
-    body = ChannelBody(relay(resp, pipeline, sink, st.relay_options()), on_close=gauge.dec)
+
+    def closed() -> None:
+        gauge.dec()
+        st.count_rewrites(pipeline)
+
+    held = [0]
+
+    def on_held(chars: int) -> None:
+        st.metrics.held_chars.inc(chars - held[0])
+        held[0] = chars
+
+    opts = dataclasses.replace(st.relay_options(), on_held=on_held)
+    body = ChannelBody(relay(resp, pipeline, sink, opts), on_close=closed)
     response = Response(body, status=200, headers=SSE_HEADERS)
     response.timeout = None  # quart's RESPONSE_TIMEOUT would cut streams at 60 s
     return response
@@ -401,6 +418,7 @@ def create_app(
             data = await st.upstream.chat(ubody, pid)
             out = await pipeline.rewrite_completion(data)
             out["gateway"] = resolver.manifest()
+            st.count_rewrites(pipeline)
             await remember(pipeline)
             return json_response(out)
         resp = await open_upstream_stream(st, ubody, pid)
@@ -487,6 +505,7 @@ def create_app(
         if not stream:
             data = await st.upstream.chat(ubody, pid)
             out = await pipeline.rewrite_completion(data)
+            st.count_rewrites(pipeline)
             env = response_from_completion(sink, out, resolver.manifest())
             await remember(pipeline)
             return json_response(env)

@@ -83,6 +83,8 @@ class NameOnlyResolver:
 @dataclass
 class PipelineStats:
     paths: int = 0
+    links: int = 0
+    names: int = 0
     held_chars: int = 0
     events_in: int = 0
     chunks_out: int = 0
@@ -148,7 +150,12 @@ class ChatPipeline:
                 out.append(p)
             else:
                 self.stats.paths += 1
-                out.append(render(p, None if (name_only or p.overlong) else await self._url(p)))
+                url = None if (name_only or p.overlong) else await self._url(p)
+                if url is None:
+                    self.stats.names += 1
+                else:
+                    self.stats.links += 1
+                out.append(render(p, url))
         return "".join(out)
 
     async def _url(self, match: PathMatch) -> str | None:

@@ -54,6 +54,8 @@ class RelayOptions:
     idle_timeout_seconds: float = 300.0
     max_event_bytes: int = 1 << 20
     draining: trio.Event | None = None
+    #: told the characters held by the rewriters after each batch (0 at the end)
+    on_held: Callable[[int], None] | None = None
 
 
 class _Eof:
@@ -159,6 +161,8 @@ async def relay(
                         ending = res
                         break
                     outs.extend(res)
+                if opts.on_held is not None:
+                    opts.on_held(pipeline.held_chars)
                 if outs:
                     yield sink.batch(outs)
                 if ending is None:
@@ -169,6 +173,8 @@ async def relay(
                     break
             nursery.cancel_scope.cancel()
     finally:
+        if opts.on_held is not None:
+            opts.on_held(0)
         await close_quietly(resp)
 
 

@@ -73,8 +73,12 @@ class Gateway:
         )
 
 
-async def start_demo_upstream(nursery: trio.Nursery, tmp: Path, chunk_delay: float = 0.0) -> Upstream:
-    app = create_demo_upstream_app(tmp / "artifacts", outside_dir=tmp / "outside", chunk_delay=chunk_delay)
+async def start_demo_upstream(
+    nursery: trio.Nursery, tmp: Path, chunk_delay: float = 0.0
+) -> Upstream:
+    app = create_demo_upstream_app(
+        tmp / "artifacts", outside_dir=tmp / "outside", chunk_delay=chunk_delay
+    )
     url: str = await nursery.start(serve_demo_upstream, app)
     return Upstream(app, url)
 
@@ -110,7 +114,9 @@ async def upstream(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[Upstr
 
 
 @pytest.fixture
-async def gateway(nursery: trio.Nursery, upstream: Upstream, tmp_path: Path) -> AsyncIterator[Gateway]:
+async def gateway(
+    nursery: trio.Nursery, upstream: Upstream, tmp_path: Path
+) -> AsyncIterator[Gateway]:
     yield await start_gateway(nursery, make_config(tmp_path, upstream.url + "/v1"))
 
 
