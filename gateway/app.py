@@ -707,6 +707,9 @@ def create_app(
             raise NotFound("No such artifact, or it is not yours.", code="artifact_not_found")
         return json_response({"id": artifact_id, "object": "artifact", "revoked": True})
 
+    from gateway.smoke import install_selftest_route
+
+    install_selftest_route(app)  # POST /v1/selftest, used by `gateway smoke`
     return app
 
 
@@ -771,11 +774,30 @@ async def follow_run(
             continue
         if run.done:
             return
-        timed_out = True
-        with trio.move_on_after(keepalive):
-            await changed.wait()
-            timed_out = False
-        if timed_out:
-            if draining.is_set() and not run.done:
+        if draining.is_set():
+            # the run itself ends with run.failed (interrupted) through its relay; give
+            # it a moment, then stop following so the drain is not held up
+            with trio.move_on_after(0.5):
+                await changed.wait()
+            if not run.after(seq):
                 return
+            continue
+        woke = False
+        with trio.move_on_after(keepalive):
+            async with trio.open_nursery() as wait:
+
+                async def on_change(
+                    scope: trio.CancelScope = wait.cancel_scope, ev: trio.Event = changed
+                ) -> None:
+                    await ev.wait()
+                    scope.cancel()
+
+                async def on_drain(scope: trio.CancelScope = wait.cancel_scope) -> None:
+                    await draining.wait()
+                    scope.cancel()
+
+                wait.start_soon(on_change)
+                wait.start_soon(on_drain)
+            woke = True
+        if not woke:
             yield encode_comment()

@@ -534,9 +534,7 @@ async def relay_run(
                         yield owui.failure(err.code, err.message)
                         return
                     decoder = SSEDecoder()
-                    send, recv = trio.open_memory_channel[bytes | httpx.HTTPError | None](
-                        math.inf
-                    )
+                    send, recv = trio.open_memory_channel[bytes | httpx.HTTPError | None](math.inf)
                     broken: httpx.HTTPError | None = None
                     async with trio.open_nursery() as reader:
                         reader.start_soon(_watch_drain, ps.draining, send.clone())

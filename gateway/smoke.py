@@ -1,0 +1,450 @@
+"""``gateway smoke``: prove streaming and managed downloads work, without the upstream.
+
+After a restart the operator wants to know that the *gateway* works -- relay,
+rewriter, link minting, download -- whether or not the model server is up. The
+gateway therefore has a built-in self-test route, ``POST /v1/selftest`` (any valid
+key; body ``{"nonce": "<32 hex>", "download_link_mode"?: "private"|"public"}``):
+
+1. it writes ``<first artifact root>/.gateway-selftest/artifact-gateway-selftest-<nonce>.txt``
+   whose content is :func:`selftest_content` (so the client knows what to expect);
+2. it plays a scripted upstream SSE body (:func:`selftest_script`) that mentions that
+   file's absolute path -- cut across deltas and across body chunks, once in prose and
+   once in a code span -- and a path outside the roots, as an in-process
+   ``httpx.Response`` (no transport, no network, no test harness);
+3. that response goes through the real relay, pipeline, resolver (minting a real
+   link for the caller) and ``ChatSink``: the client gets exactly what a chat client
+   gets.
+
+The client half (:func:`run_smoke`) checks ``/health``, ``/health/ready``, then per
+link mode: the stream parses (one-line JSON ``data``, terminal chunk with
+``finish_reason: "stop"`` and the manifest, ``[DONE]``), no host-local path anywhere in
+the body, the file became ``[name](url)`` matching the manifest, the outside path
+became its name; then it downloads the link and compares the bytes, and checks that
+the link is refused without the owner's key (private) or with a tampered signature
+(public).
+
+:func:`install_selftest_route` adds the route to an app built by
+:func:`gateway.app.create_app` (idempotent).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import trio
+
+from gateway.paths import Found, Overlong, PathDetector
+from gateway.sse import DONE, SSEDecoder, encode_json
+
+__all__ = [
+    "SELFTEST_DIR",
+    "SELFTEST_ROUTE",
+    "Check",
+    "SmokeReport",
+    "check_selftest_stream",
+    "find_host_paths",
+    "install_selftest_route",
+    "run_smoke",
+    "selftest_content",
+    "selftest_file_name",
+    "selftest_script",
+    "selftest_upstream_response",
+    "write_selftest_file",
+]
+
+SELFTEST_ROUTE = "/v1/selftest"
+SELFTEST_DIR = ".gateway-selftest"
+#: self-test files older than this are deleted when a new self-test runs
+SELFTEST_KEEP_SECONDS = 3600.0
+_NONCE = re.compile(r"[0-9a-f]{16,64}")
+
+
+# --------------------------------------------------------------------------- server half
+
+
+def selftest_file_name(nonce: str) -> str:
+    return f"artifact-gateway-selftest-{nonce}.txt"
+
+
+def missing_name(nonce: str) -> str:
+    return f"artifact-gateway-selftest-{nonce}-missing.conf"
+
+
+def selftest_content(nonce: str) -> bytes:
+    return f"artifact gateway self-test\nnonce: {nonce}\n".encode()
+
+
+def valid_nonce(value: object) -> str | None:
+    return value if isinstance(value, str) and _NONCE.fullmatch(value) else None
+
+
+def write_selftest_file(root: Path, nonce: str) -> Path:
+    """Write the self-test file under ``root`` (blocking); prune old ones."""
+    if valid_nonce(nonce) is None:
+        raise ValueError("invalid nonce")
+    folder = Path(root) / SELFTEST_DIR
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    cutoff = time.time() - SELFTEST_KEEP_SECONDS
+    for old in folder.glob("artifact-gateway-selftest-*.txt"):
+        try:
+            if old.stat().st_mtime < cutoff:
+                old.unlink()
+        except OSError:
+            pass
+    path = folder / selftest_file_name(nonce)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(selftest_content(nonce))
+    tmp.replace(path)
+    return path
+
+
+def selftest_script(path: str, nonce: str) -> list[bytes]:
+    """The scripted upstream body, as the chunks it is "received" in.
+
+    Chunk boundaries fall inside the ``data`` field name, inside the file's path,
+    inside a multi-byte UTF-8 character and between events.
+    """
+    cid = f"chatcmpl-selftest-{nonce[:12]}"
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return encode_json(
+            {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": "gateway-selftest",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+        )
+
+    cut = max(2, len(path) // 2)
+    events = [
+        chunk({"role": "assistant", "content": ""}),
+        chunk({"content": f"Gateway self-test {nonce}: streaming works \u2713\n"}),
+        chunk({"content": "The test file is at " + path[:cut]}),
+        chunk({"content": path[cut:] + ".\n"}),
+        chunk({"content": f"The same file in a code span: `{path}`.\n"}),
+        chunk(
+            {
+                "content": f"Outside the artifact roots only a name is left: /etc/{missing_name(nonce)}\n"
+            }
+        ),
+        chunk({}, "stop"),
+        DONE,
+    ]
+    pieces: list[bytes] = []
+    for i, ev in enumerate(events):
+        if i == 1:  # inside the UTF-8 encoding of the check mark
+            at = ev.index("\u2713".encode()) + 1
+        elif i == 2:  # inside the field name: "da" | "ta: ..."
+            at = 2
+        elif i == 3:  # inside the JSON string that continues the path
+            at = ev.index(b'"content":"') + len(b'"content":"') + 3
+        else:
+            pieces.append(ev)
+            continue
+        pieces += [ev[:at], ev[at:]]
+    return pieces
+
+
+async def _aiter(pieces: Sequence[bytes]) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        await trio.lowlevel.checkpoint()
+        yield piece
+
+
+def selftest_upstream_response(path: str, nonce: str) -> httpx.Response:
+    """An in-process stand-in for the upstream's streaming response."""
+    return httpx.Response(
+        200,
+        headers={"content-type": "text/event-stream"},
+        content=_aiter(selftest_script(path, nonce)),
+        request=httpx.Request("POST", "http://gateway.selftest/v1/chat/completions"),
+    )
+
+
+def install_selftest_route(app: Any) -> None:
+    """Add ``POST /v1/selftest`` to an app from :func:`gateway.app.create_app` (idempotent)."""
+    if any(rule.rule == SELFTEST_ROUTE for rule in app.url_map.iter_rules()):
+        return
+    from quart import Response
+
+    from gateway.app import authenticate, json_body, state, stream_response
+    from gateway.auth import effective_link_mode
+    from gateway.errors import GatewayError, RequestError
+    from gateway.fronts.chat import ChatSink
+
+    @app.post(SELFTEST_ROUTE)  # type: ignore[untyped-decorator]
+    async def selftest() -> Response:
+        caller = authenticate()
+        body = await json_body()
+        nonce = valid_nonce(body.get("nonce"))
+        if nonce is None:
+            raise RequestError(
+                "'nonce' must be 16 to 64 lowercase hex characters.", code="invalid_nonce"
+            )
+        st = state()
+        mode = effective_link_mode(caller, body, st.config.artifacts.default_link_mode)
+        try:
+            path = await trio.to_thread.run_sync(
+                write_selftest_file, st.config.artifacts.roots[0], nonce
+            )
+        except OSError:
+            raise GatewayError(
+                "The self-test could not write its file under the first artifact root.",
+                code="selftest_unavailable",
+                status=503,
+            ) from None
+        pipeline = st.pipeline(st.resolver(caller.owner, mode))
+        resp = selftest_upstream_response(str(path), nonce)
+        return stream_response(st, SELFTEST_ROUTE, resp, pipeline, ChatSink())
+
+
+# --------------------------------------------------------------------------- client half
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass
+class SmokeReport:
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(c.ok for c in self.checks)
+
+    def add(self, name: str, ok: bool, detail: str = "") -> bool:
+        self.checks.append(Check(name, ok, detail))
+        return ok
+
+
+def find_host_paths(text: str) -> list[str]:
+    """Every host-local path the gateway's own detector sees in ``text``."""
+    detector = PathDetector()
+    found: list[str] = []
+    pos = 0
+    while pos < len(text):
+        res = detector.scan(text, pos, True)
+        if isinstance(res, Found):
+            found.append(text[res.start : res.end])
+            pos = max(res.end, res.start + 1)
+        elif isinstance(res, Overlong):
+            found.append(text[res.start : res.start + 80] + "...")
+            break
+        else:
+            break
+    return found
+
+
+def check_selftest_stream(
+    raw: bytes, nonce: str, mode: str
+) -> tuple[list[Check], dict[str, Any] | None]:
+    """Check one self-test stream; return the checks and the manifest's artifact."""
+    checks: list[Check] = []
+
+    def add(name: str, ok: bool, detail: str = "") -> bool:
+        checks.append(Check(name, ok, detail))
+        return ok
+
+    try:
+        body = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        add("stream is UTF-8", False, "the body is not valid UTF-8")
+        return checks, None
+    events = SSEDecoder().feed(raw)
+    if not add("stream ends with [DONE]", bool(events) and events[-1].data == "[DONE]"):
+        return checks, None
+    chunks: list[dict[str, Any]] = []
+    for ev in events[:-1]:
+        try:
+            obj = json.loads(ev.data)
+        except ValueError:
+            add("every data line is JSON", False, ev.data[:80])
+            return checks, None
+        if isinstance(obj, dict):
+            chunks.append(obj)
+    add("every data line is JSON", True, f"{len(chunks)} chunks")
+    if not chunks:
+        add("terminal chunk", False, "no chunk before [DONE]")
+        return checks, None
+    terminal = chunks[-1]
+    err = terminal.get("error")
+    if err:
+        code = err.get("code") if isinstance(err, dict) else err
+        add("stream finished without error", False, f"error {code}")
+        return checks, None
+    choices = terminal.get("choices") or [{}]
+    add(
+        "terminal chunk has finish_reason stop",
+        choices[0].get("finish_reason") == "stop",
+        str(choices[0].get("finish_reason")),
+    )
+    text = "".join(
+        str(c.get("choices", [{}])[0].get("delta", {}).get("content") or "")
+        for c in chunks
+        if c.get("choices")
+    )
+    add("streamed text arrived", f"Gateway self-test {nonce}: streaming works" in text)
+
+    leaks = find_host_paths(body)
+    if SELFTEST_DIR in body:
+        leaks.append(f"...{SELFTEST_DIR}/...")
+    add("no host-local path in the stream", not leaks, ", ".join(leaks)[:200])
+
+    manifest = terminal.get("gateway")
+    if not add("terminal chunk carries the manifest", isinstance(manifest, dict)):
+        return checks, None
+    assert isinstance(manifest, dict)
+    add(
+        f"manifest link mode is {mode}",
+        manifest.get("download_link_mode") == mode,
+        str(manifest.get("download_link_mode")),
+    )
+    arts = manifest.get("artifacts") or []
+    name = selftest_file_name(nonce)
+    mine = [a for a in arts if isinstance(a, dict) and a.get("filename") == name]
+    if not add(
+        "manifest lists the self-test file once", len(mine) == 1, f"{len(arts)} artifact(s)"
+    ):
+        return checks, None
+    art = mine[0]
+    url = str(art.get("url", ""))
+    add(
+        "manifest size matches",
+        art.get("bytes") == len(selftest_content(nonce)),
+        str(art.get("bytes")),
+    )
+    add("path became a markdown link", f"[{name}]({url})" in text, url)
+    add("path in a code span became the link", f"`{url}`" in text)
+    add("outside path became its file name", missing_name(nonce) in text and "/etc/" not in text)
+    signed = "sig=" in url and "exp=" in url
+    add(
+        f"link is {mode}",
+        signed if mode == "public" else not signed,
+        "signed" if signed else "unsigned",
+    )
+    return checks, art
+
+
+def _tamper(url: str) -> str:
+    parts = urlsplit(url)
+    query = re.sub(r"sig=([^&]*)", lambda m: "sig=" + ("A" * len(m.group(1))), parts.query)
+    return urlunsplit(parts._replace(query=query))
+
+
+def run_smoke(
+    base_url: str,
+    key: str,
+    *,
+    modes: Sequence[str] = ("private", "public"),
+    timeout: float = 10.0,
+    transport: httpx.BaseTransport | None = None,
+    say: Callable[[Check], None] | None = None,
+) -> SmokeReport:
+    """Run every check against a live gateway; see the module docstring."""
+    report = SmokeReport()
+    base = base_url.rstrip("/")
+
+    def add(name: str, ok: bool, detail: str = "") -> bool:
+        report.add(name, ok, detail)
+        if say is not None:
+            say(report.checks[-1])
+        return ok
+
+    auth = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(timeout=httpx.Timeout(timeout), transport=transport) as client:
+        try:
+            r = client.get(f"{base}/health")
+        except httpx.HTTPError as exc:
+            add("GET /health", False, f"{type(exc).__name__}: {exc}")
+            return report
+        add("GET /health", r.status_code == 200, f"HTTP {r.status_code} {r.text.strip()[:80]}")
+        try:
+            r = client.get(f"{base}/health/ready")
+            ready = (
+                r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
+            )
+            draining = bool(ready.get("checks", {}).get("draining"))
+            add(
+                "GET /health/ready (not draining)",
+                not draining,
+                f"HTTP {r.status_code} checks={ready.get('checks')}"
+                + ("" if r.status_code == 200 else " (the self-test does not need the upstream)"),
+            )
+        except (httpx.HTTPError, ValueError) as exc:
+            add("GET /health/ready", False, f"{type(exc).__name__}: {exc}")
+
+        for mode in modes:
+            nonce = secrets.token_hex(16)
+            try:
+                with client.stream(
+                    "POST",
+                    f"{base}{SELFTEST_ROUTE}",
+                    json={"nonce": nonce, "download_link_mode": mode},
+                    headers=auth,
+                ) as resp:
+                    raw = resp.read()
+            except httpx.HTTPError as exc:
+                add(f"[{mode}] POST {SELFTEST_ROUTE}", False, f"{type(exc).__name__}: {exc}")
+                continue
+            hint = {
+                401: "the key was refused",
+                404: "this gateway has no self-test route (an older version?)",
+            }.get(resp.status_code, raw.decode(errors="replace")[:120])
+            if not add(
+                f"[{mode}] POST {SELFTEST_ROUTE} streams",
+                resp.status_code == 200
+                and resp.headers.get("content-type", "").startswith("text/event-stream"),
+                f"HTTP {resp.status_code}" + ("" if resp.status_code == 200 else f": {hint}"),
+            ):
+                continue
+            checks, art = check_selftest_stream(raw, nonce, mode)
+            for c in checks:
+                add(f"[{mode}] {c.name}", c.ok, c.detail)
+            if art is None:
+                continue
+            url = str(art["url"])
+            try:
+                got = client.get(url, headers=auth if mode == "private" else {})
+                add(
+                    f"[{mode}] download returns the file's bytes",
+                    got.status_code == 200 and got.content == selftest_content(nonce),
+                    f"HTTP {got.status_code}, {len(got.content)} bytes",
+                )
+                add(
+                    f"[{mode}] download headers",
+                    got.headers.get("content-disposition", "").startswith("attachment")
+                    and got.headers.get("x-content-type-options") == "nosniff",
+                    got.headers.get("content-disposition", "-"),
+                )
+                if mode == "private":
+                    anon = client.get(url)
+                    add(
+                        "[private] link refused without the owner's key",
+                        anon.status_code in (401, 403, 404),
+                        f"HTTP {anon.status_code}",
+                    )
+                else:
+                    bad = client.get(_tamper(url))
+                    add(
+                        "[public] tampered signature refused",
+                        bad.status_code in (403, 404),
+                        f"HTTP {bad.status_code}",
+                    )
+            except httpx.HTTPError as exc:
+                add(f"[{mode}] download", False, f"{type(exc).__name__}: {exc}")
+    return report
