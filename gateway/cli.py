@@ -186,7 +186,19 @@ def _serve_apps(cfg: Any, what: str, apps: list[tuple[Any, str, trio.Event | Non
 def _cmd_demo(args: argparse.Namespace) -> int:
     from gateway.demo import main as demo_main
 
-    return demo_main(port=args.port, upstream_port=args.upstream_port)
+    try:
+        return demo_main(
+            port=args.port, upstream_port=args.upstream_port, proxy_port=args.proxy_port
+        )
+    except BaseException as exc:
+        bind_err = _bind_error(exc)
+        if bind_err is None:
+            raise
+        _err(
+            f"cannot listen: {bind_err.strerror or bind_err}; is another demo or gateway running? "
+            "Pick other ports with --port/--upstream-port/--proxy-port."
+        )
+        return 1
 
 
 # --------------------------------------------------------------------------- health
@@ -427,6 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the demo upstream and the gateway in one process")
     demo.add_argument("--port", type=int, default=8642)
     demo.add_argument("--upstream-port", type=int, default=9000)
+    demo.add_argument("--proxy-port", type=int, default=8653)
     demo.set_defaults(func=_cmd_demo)
 
     health = sub.add_parser("health", help="poll a health URL until it answers 2xx")
