@@ -139,9 +139,12 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
         stack = AsyncExitStack()
         scope: Any = self.scope
         scope["gateway.cleanup"] = stack
+        app: Any = self.app
+        app.inflight_requests = getattr(app, "inflight_requests", 0) + 1
         try:
             await super().__call__(receive, counting_send)
         finally:
+            app.inflight_requests -= 1
             with trio.move_on_after(5) as cs:
                 cs.shield = True
                 await stack.aclose()
@@ -340,12 +343,21 @@ def create_app(
         rule = request.url_rule
         request.scope["gateway.route"] = rule.rule if rule is not None else "unmatched"  # type: ignore[typeddict-unknown-key]
 
+    reaper_scope = trio.CancelScope()
+
+    async def reap_runs() -> None:
+        with reaper_scope:
+            await st.runs.reaper()
+
     @app.before_serving
     async def _start_services() -> None:
-        app.nursery.start_soon(st.runs.reaper)
+        app.nursery.start_soon(reap_runs)
 
     @app.after_serving
     async def _close() -> None:
+        # the lifespan nursery waits for its tasks: the reaper would hold shutdown
+        # until BACKGROUND_TASK_SHUTDOWN_TIMEOUT; runs end by themselves on drain
+        reaper_scope.cancel()
         await st.aclose()
 
     @app.errorhandler(GatewayError)

@@ -165,6 +165,11 @@ async def serve_app(
     await serve(app, cfg, shutdown_trigger=shutdown_trigger, task_status=task_status)
 
 
+def _inflight(app: Any) -> int:
+    """Requests being handled by ``app`` (counted by GatewayHTTPConnection)."""
+    return int(getattr(app, "inflight_requests", 0))
+
+
 def notify_systemd(message: str) -> None:
     """sd_notify without libsystemd: a datagram to $NOTIFY_SOCKET (no-op elsewhere)."""
     import socket
@@ -269,6 +274,15 @@ async def run_until_signalled(
                 if on_ready is not None:
                     on_ready(urls)
                 notify_systemd("READY=1")
+                await stop.wait()
+                # hypercorn 0.18's trio worker keeps idle keep-alive connections until
+                # its graceful deadline (measured: a drain with one idle pooled
+                # connection took the full grace period); once no request is in
+                # flight, nothing is left to wait for, so end the servers now
+                with trio.move_on_after(max(grace - TERMINAL_WRITE_PAUSE, 0.05)):
+                    while any(_inflight(app) for app, _, _ in apps):
+                        await trio.sleep(0.02)
+                    servers.cancel_scope.cancel()
             # every serve() returned: connections are closed; stop watching signals
             if drain_started:
                 log.info(
