@@ -145,6 +145,9 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
             await super().__call__(receive, counting_send)
         finally:
             app.inflight_requests -= 1
+            idle = getattr(app, "no_requests", None)
+            if app.inflight_requests == 0 and idle is not None:
+                idle.set()
             with trio.move_on_after(5) as cs:
                 cs.shield = True
                 await stack.aclose()

@@ -165,9 +165,13 @@ async def serve_app(
     await serve(app, cfg, shutdown_trigger=shutdown_trigger, task_status=task_status)
 
 
-def _inflight(app: Any) -> int:
-    """Requests being handled by ``app`` (counted by GatewayHTTPConnection)."""
-    return int(getattr(app, "inflight_requests", 0))
+async def _wait_no_requests(app: Any) -> None:
+    """Until ``app`` handles no request (GatewayHTTPConnection counts them and sets
+    ``app.no_requests`` when the count drops to zero)."""
+    while int(getattr(app, "inflight_requests", 0)) > 0:
+        idle = trio.Event()
+        app.no_requests = idle
+        await idle.wait()
 
 
 def notify_systemd(message: str) -> None:
@@ -280,8 +284,8 @@ async def run_until_signalled(
                 # connection took the full grace period); once no request is in
                 # flight, nothing is left to wait for, so end the servers now
                 with trio.move_on_after(max(grace - TERMINAL_WRITE_PAUSE, 0.05)):
-                    while any(_inflight(app) for app, _, _ in apps):
-                        await trio.sleep(0.02)
+                    for app, _, _ in apps:
+                        await _wait_no_requests(app)
                     servers.cancel_scope.cancel()
             # every serve() returned: connections are closed; stop watching signals
             if drain_started:

@@ -16,6 +16,7 @@ Every process is stopped at the end, whatever happened.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -162,10 +163,8 @@ def _stream_during_sigterm(gw: Service, base_url: str, report: Report) -> None:
     terminal = lines[-2] if len(lines) >= 2 else ""
     done = bool(lines) and lines[-1].strip() == "data: [DONE]"
     code_seen = ""
-    try:
+    with contextlib.suppress(ValueError, KeyError, TypeError):
         code_seen = json.loads(terminal[5:])["error"]["code"]
-    except (ValueError, KeyError, TypeError):
-        pass
     ok = done and code_seen == "gateway_draining" and code == 0
     report.add(
         "SIGTERM with a stream in flight",
