@@ -46,6 +46,7 @@ import json
 import logging
 import random
 import re
+import socket
 import sys
 import tempfile
 import time
@@ -323,10 +324,64 @@ class _Row:
     lat: dict[str, tuple[float, float]] = field(default_factory=dict)  # p50, p99 ms
 
 
+async def _gateway_process(tmp: Path, up_url: str) -> tuple[Any, str]:
+    """Start ``gateway run`` as its own process (its own core); return (popen, url)."""
+    import subprocess
+
+    import httpx
+    import trio
+
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        port = sk.getsockname()[1]
+    cfg = tmp / "bench.toml"
+    cfg.write_text(
+        f'''state_dir = "{tmp / "gw-state"}"
+[server]
+bind = "127.0.0.1:{port}"
+public_base_url = "http://127.0.0.1:{port}"
+[upstream]
+base_url = "{up_url}"
+[artifacts]
+roots = ["{tmp / "artifacts"}"]
+[[auth.keys]]
+key = "{BENCH_KEY}"
+principal = "bench"
+'''
+    )
+    log = (tmp / "gateway.log").open("wb")
+    proc = await trio.to_thread.run_sync(
+        partial(
+            subprocess.Popen,
+            [sys.executable, "-m", "gateway.cli", "run", "--config", str(cfg)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    )
+    log.close()
+    url = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient() as c:
+        for _ in range(200):
+            try:
+                if (await c.get(url + "/health")).status_code == 200:
+                    return proc, url
+            except httpx.HTTPError:
+                pass
+            await trio.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("the gateway process did not become healthy")
+
+
 async def _serve_all(
-    tmp: Path, body: Callable[[str, str, StampingApp, Any], Awaitable[list[_Row]]]
+    tmp: Path,
+    body: Callable[[str, str, StampingApp, Any], Awaitable[list[_Row]]],
+    separate: bool = False,
 ) -> list[_Row]:
-    """Demo upstream + API server (real hypercorn, 127.0.0.1, ephemeral ports) + client."""
+    """Demo upstream + API server (real hypercorn, 127.0.0.1, ephemeral ports) + client.
+
+    ``separate``: the gateway runs as its own ``gateway run`` process (as deployed),
+    the upstream and the client stay in this one.
+    """
     from dataclasses import replace
 
     import httpx
@@ -361,6 +416,19 @@ async def _serve_all(
             partial(serve, upstream, hc, shutdown_trigger=trio.sleep_forever)
         )
         up_url = binds[0] + "/v1"
+        if separate:
+            proc, gw = await _gateway_process(tmp, up_url)
+            try:
+                limits = httpx.Limits(max_connections=2000, max_keepalive_connections=2000)
+                async with httpx.AsyncClient(
+                    timeout=httpx.Timeout(30, read=None), limits=limits
+                ) as client:
+                    return await body(up_url, gw + "/v1", upstream, client)
+            finally:
+                proc.terminate()
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(proc.wait, 15)
+                nursery.cancel_scope.cancel()
         config = replace(config, upstream=replace(config.upstream, base_url=up_url))
         app = create_app(config)
         try:
@@ -463,6 +531,7 @@ def bench_relay(
     repeat: int = 3,
     lat_events: int = 300,
     lat_delay: float | None = None,
+    separate: bool = True,
 ) -> int:
     import os
 
@@ -472,7 +541,11 @@ def bench_relay(
     print(
         f"relay benchmark: demo-long, python {sys.version.split()[0]}, trio {trio.__version__},"
         f" {os.cpu_count()} CPUs, load average {load:.2f} at start;"
-        " upstream, gateway and client in one process / one trio loop"
+        + (
+            " gateway in its own process (`gateway run`), upstream and client in this one"
+            if separate
+            else " upstream, gateway and client in one process / one trio loop"
+        )
     )
     with tempfile.TemporaryDirectory(prefix="relay-bench-") as tmpdir:
         rows = trio.run(
@@ -489,6 +562,7 @@ def bench_relay(
                     lat_events=lat_events,
                     lat_delay=lat_delay,
                 ),
+                separate,
             )
         )
     print()
@@ -772,6 +846,11 @@ def main(argv: list[str] | None = None) -> int:
     rl.add_argument("--repeat", type=int, default=3, help="throughput runs per path (best)")
     rl.add_argument("--latency-events", type=int, default=300, help="events per latency stream")
     rl.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run the gateway in the benchmark's own process (default: its own process)",
+    )
+    rl.add_argument(
         "--latency-delay",
         type=float,
         default=None,
@@ -795,6 +874,7 @@ def main(argv: list[str] | None = None) -> int:
             repeat=args.repeat,
             lat_events=args.latency_events,
             lat_delay=args.latency_delay,
+            separate=not args.in_process,
         )
     return 2  # pragma: no cover
 
