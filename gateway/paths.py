@@ -13,9 +13,10 @@ that already certain or does it depend on text that has not arrived yet?
    C-level scan.
 2. *Start check.* At a trigger the detector checks the boundary (a path never
    starts right after a letter or digit of a space-separated script, or after
-   ``/ \\ . ~ - _ ]``: that keeps ``https://host/tmp/x``, ``and/or`` and ``s://``
-   out) and the literal start (root name, ``~/``, ``file://``, drive, UNC). If the
-   buffer ends inside a possible start the answer is "need more".
+   ``/ \\ . ~``: that keeps ``https://host/tmp/x``, ``and/or``, ``../tmp`` and ``s://``
+   out; any other punctuation, ``_`` ``-`` ``]`` included, is a boundary) and the
+   literal start (root name, ``~/``, ``file://``, drive, UNC). If the buffer ends
+   inside a possible start the answer is "need more".
 3. *Context.* The one or two characters before the start say how the path is
    delimited: after `` ` ``, ``"``, ``'`` or ``<``, and as a markdown link target
    ``](``, the path runs to the matching closer on the same line and may contain
@@ -90,7 +91,7 @@ _TRAILING_PUNCT = ".,;:!?"
 _QUOTE_CLOSERS = {"`": "`", '"': '"', "'": "'", "<": ">"}
 _CONTEXT_CHARS = frozenset("`\"'<([")
 _QUOTE_END = {c: re.compile("[\r\n" + re.escape(c) + "]") for c in "`\"'>)]"}
-_NOT_BOUNDARY = frozenset("/\\.~-_]")
+_NOT_BOUNDARY = frozenset("/\\.~")
 _NON_SEPARATOR = re.compile(r"[^/\\]")
 _SEPARATORS = re.compile(r"[/\\]+")
 _UNC = re.compile(r"\\\\(?:\\\\)?[\w.$-]+\\{1,2}[\w.$-]")
@@ -157,6 +158,15 @@ def _normalise(raw: str) -> str:
         unc = raw.startswith("\\\\")
         body = re.sub(r"\\\\", r"\\", raw[2:] if unc else raw)
         return "\\\\" + body.lstrip("\\") if unc else body
+    return raw
+
+
+def _trim_end(raw: str, before: str) -> str:
+    """Give trailing sentence punctuation back; after ``_`` also the closing ``_``
+    of markdown emphasis (``_/tmp/x.txt_``)."""
+    raw = raw.rstrip(_TRAILING_PUNCT)
+    if before == "_" and raw.endswith("_"):
+        raw = raw[:-1].rstrip(_TRAILING_PUNCT)
     return raw
 
 
@@ -458,7 +468,7 @@ class PathDetector:
         first = _PROSE_STOP.search(buf, j)
         if first is not None and first.group() not in _BRACKETS and first.start() <= limit:
             # fast path: no bracket inside, the first stop ends the path
-            raw = buf[start : first.start()].rstrip(_TRAILING_PUNCT)
+            raw = _trim_end(buf[start : first.start()], buf[start - 1] if start else "")
             b = body - start
             if len(raw) <= b or (raw[b] in "/\\" and _NON_SEPARATOR.search(raw, b) is None):
                 return None
@@ -489,7 +499,7 @@ class PathDetector:
             done = seg.feed(buf[start:end], final=True)
             assert done is not None
             return Found(start, end, done[1])
-        raw = buf[start:end].rstrip(_TRAILING_PUNCT)
+        raw = _trim_end(buf[start:end], buf[start - 1] if start else "")
         if not _needs_body(raw[body - start :]):
             return None
         ctx = Context.PROSE

@@ -1,6 +1,7 @@
 """``python -m harness``: replay | record | capture | health-recovery.
 
-python -m harness replay [PATHS...] [--strategy S ...] [--seed N] [--json FILE] [--no-rewrite]
+python -m harness replay [PATHS...] [--strategy S ...] [--seed N] [--ci]
+                        [--json FILE] [--no-rewrite] [--no-sdk]
 python -m harness record --upstream URL --request FILE --out cassettes/NAME.yaml
 python -m harness capture --sse FILE --out cassettes/NAME.yaml [--request FILE]
 """
@@ -15,10 +16,17 @@ from dataclasses import asdict
 from pathlib import Path
 
 import trio
+import yaml
 
 from harness import cassette as cassette_mod
 from harness.replay import Outcome, progress_printer, replay_cassette, table
-from harness.strategies import DEFAULT, STRATEGIES
+from harness.strategies import (
+    CI_SPLIT_LIMIT,
+    CI_SPLIT_SPREAD,
+    DEFAULT,
+    FULL_SPLIT_LIMIT,
+    STRATEGIES,
+)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -31,7 +39,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if unknown:
         print(f"unknown strategy {unknown}; known: {', '.join(STRATEGIES)}", file=sys.stderr)
         return 2
-    cassettes = [cassette_mod.load(p) for p in paths]
+    try:
+        cassettes = [cassette_mod.load(p) for p in paths]
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
+        print(f"cannot load a cassette: {exc}", file=sys.stderr)
+        return 2
     tick = progress_printer(len(cassettes) * len(strategies))
     outcomes: list[Outcome] = []
     t0 = time.perf_counter()
@@ -43,6 +55,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                     cas,
                     strategies,
                     seed=args.seed,
+                    ci=args.ci,
                     rewrite=not args.no_rewrite,
                     sdk=not args.no_sdk,
                     on_progress=tick,
@@ -63,8 +76,23 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _strip_http_head(raw: bytes) -> tuple[int, bytes]:
+    """A ``curl -i`` transcript starts with the status line and headers: drop them."""
+    status = 200
+    if raw.startswith(b"HTTP/"):
+        first = raw.split(b"\n", 1)[0].split()
+        if len(first) > 1 and first[1].isdigit():
+            status = int(first[1])
+        for sep in (b"\r\n\r\n", b"\n\n"):
+            at = raw.find(sep)
+            if at >= 0:
+                return status, raw[at + len(sep) :]
+    return status, raw
+
+
 def cmd_capture(args: argparse.Namespace) -> int:
-    body = Path(args.sse).read_bytes().decode("utf-8", "replace")
+    status, raw = _strip_http_head(Path(args.sse).read_bytes())
+    body = raw.decode("utf-8", "replace")
     request = (
         json.loads(Path(args.request).read_text())
         if args.request
@@ -75,15 +103,17 @@ def cmd_capture(args: argparse.Namespace) -> int:
         }
     )
     out = Path(args.out)
-    cassette_mod.write(out, request_body=request, body=body)
-    exp = out.with_name(out.stem + ".expect.yaml")
-    if not exp.exists():
-        exp.write_text(
-            "# fill in: what the client must see (see harness/cassette.py)\n"
-            "front: chat\nprincipal: alice\nlink_mode: null\nmode_via: default\n"
-            "mounts: {}\nfiles: {}\nexpect:\n  never: []\n  names_only: []\n"
-        )
-    print(f"wrote {out} and {exp}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    looks_sse = body.lstrip().startswith(("data:", "event:", ":", "id:", "retry:"))
+    cassette_mod.write(
+        out,
+        request_body=request,
+        body=body,
+        status=status,
+        content_type="text/event-stream" if looks_sse else "application/json",
+    )
+    exp = cassette_mod.write_expectation_template(out)
+    print(f"wrote {out}; fill in {exp} (see docs/runbooks/incident-replay.md)")
     return 0
 
 
@@ -96,22 +126,33 @@ def cmd_record(args: argparse.Namespace) -> int:
         serializer=cassette_mod.SERIALIZER_NAME,
         record_mode="all",
         match_on=["method", "scheme", "path", "query"],
+        filter_headers=["authorization", "cookie"],
+        drop_unused_requests=True,
     )
     cassette_mod.register(my_vcr)
     out = Path(args.out)
-    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # identity: vcrpy stores the raw body, and a compressed one is not text
+    headers = {"Accept-Encoding": "identity", "Accept": "text/event-stream"}
+    if args.api_key:
+        headers["Authorization"] = f"Bearer {args.api_key}"
     with my_vcr.use_cassette(str(out)), httpx.Client(timeout=httpx.Timeout(30, read=600)) as client:
         r = client.post(
             args.upstream.rstrip("/") + "/chat/completions", json=request, headers=headers
         )
         print(f"upstream answered HTTP {r.status_code}, {len(r.content)} bytes")
-    text = out.read_text()
+    text = out.read_text(encoding="utf-8")
     if args.api_key:
-        out.write_text(text.replace(args.api_key, "REDACTED"))
-    print(
-        f"wrote {out}; add {out.stem}.expect.yaml beside it (see docs/runbooks/incident-replay.md)"
-    )
+        out.write_text(text.replace(args.api_key, "REDACTED"), encoding="utf-8")
+    exp = cassette_mod.write_expectation_template(out)
+    print(f"wrote {out}; fill in {exp} (see docs/runbooks/incident-replay.md)")
     return 0
+
+
+def cmd_health_recovery(args: argparse.Namespace) -> int:
+    from harness.recovery import run
+
+    return run(interval=args.interval, tries=args.tries)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,6 +164,13 @@ def main(argv: list[str] | None = None) -> int:
         "--strategy", action="append", help=f"one of {', '.join(STRATEGIES)} (repeatable)"
     )
     rp.add_argument("--seed", type=int, default=0)
+    rp.add_argument(
+        "--ci",
+        action="store_true",
+        help=f"CI profile of every-split: every split point up to {CI_SPLIT_LIMIT} bytes "
+        f"(not {FULL_SPLIT_LIMIT}), above that {CI_SPLIT_SPREAD} spread points plus every "
+        "point inside a path",
+    )
     rp.add_argument("--json")
     rp.add_argument(
         "--no-rewrite", action="store_true", help="harness-only: disable the rewriter (must fail)"
@@ -142,6 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     cp.add_argument("--out", required=True)
     cp.add_argument("--request")
     cp.set_defaults(func=cmd_capture)
+    hr = sub.add_parser(
+        "health-recovery", help="kill/restart the real gateway and proxy, poll /health each second"
+    )
+    hr.add_argument("--interval", type=float, default=1.0)
+    hr.add_argument("--tries", type=int, default=30)
+    hr.set_defaults(func=cmd_health_recovery)
     args = ap.parse_args(argv)
     rc_: int = args.func(args)
     return rc_

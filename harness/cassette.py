@@ -24,6 +24,14 @@ how to replay it and what the client must end up seeing::
       never: ["/Users/alice", "C:\\\\Users"]                     # never in any output byte
       error_code: null     # code of the terminal error, when the stream fails
       http_status: 200
+      tool_arguments: null # assembled tool-call arguments, in call order (placeholders too)
+      named_events: null   # names of the upstream named events relayed (chat front), in order
+    upstream_cut: false    # replay the body, then cut the connection (no clean EOF)
+
+Unknown keys are refused (a typo must not turn a check off silently). An
+event-stream body framed entirely with CRLF is stored with LF events plus
+``line_endings: crlf`` (YAML block strings cannot hold a CR) and loaded back
+byte for byte.
 """
 
 from __future__ import annotations
@@ -70,6 +78,11 @@ def split_events(body: str) -> list[str]:
     return out
 
 
+def _crlf_only(body: str) -> bool:
+    """True when every line ending of ``body`` is CRLF (and there is at least one)."""
+    return "\r\n" in body and "\r" not in body.replace("\r\n", "\n")
+
+
 def _headers_get(headers: dict[str, Any], name: str) -> str:
     for k, v in headers.items():
         if k.lower() == name:
@@ -92,7 +105,13 @@ class SSEYamlSerializer:
             if "event-stream" in _headers_get(
                 resp.get("headers", {}), "content-type"
             ) and isinstance(content, str):
-                resp["body"] = {"sse": split_events(content)}
+                if _crlf_only(content):
+                    resp["body"] = {
+                        "line_endings": "crlf",
+                        "sse": split_events(content.replace("\r\n", "\n")),
+                    }
+                else:
+                    resp["body"] = {"sse": split_events(content)}
             req = inter.get("request", {})
             if isinstance(req.get("body"), bytes):
                 req["body"] = req["body"].decode("utf-8", "replace")
@@ -106,13 +125,50 @@ class SSEYamlSerializer:
         for inter in data.get("interactions", []):
             body = inter.get("response", {}).get("body", {})
             if isinstance(body, dict) and "sse" in body:
-                inter["response"]["body"] = {"string": "".join(body["sse"])}
+                joined = "".join(body["sse"])
+                if body.get("line_endings") == "crlf":
+                    joined = joined.replace("\n", "\r\n")
+                inter["response"]["body"] = {"string": joined}
         return data
 
 
 def register(vcr: Any) -> None:
     """Register the serializer on a ``vcr.VCR`` instance."""
     vcr.register_serializer(SERIALIZER_NAME, SSEYamlSerializer)
+
+
+#: recorded response headers that describe the recorded framing, not the body the
+#: replay serves (decoded, re-chunked by each strategy): dropped on load
+_FRAMING_HEADERS = frozenset(
+    {"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive"}
+)
+
+EXPECTATION_TEMPLATE = """\
+# What happened (one or two sentences: the incident, the upstream, why it matters).
+# Field reference: docs/harness.md ("Expectation file"); walkthrough:
+# docs/runbooks/incident-replay.md.
+front: chat               # chat | responses | runs | proxy
+principal: alice          # alice | bob (for proxy: the Open WebUI user)
+link_mode: null           # private | public | null
+mode_via: default         # body | metadata | header | default
+default_link_mode: private
+mounts: {}                # recorded host prefix -> sandbox dir, e.g. "/Users/alice/.agent/artifacts": root
+files: {}                 # sandbox files to create, e.g. root/out/report.pdf: "%PDF-1.4"
+expect:
+  text: null              # the assembled text, links as <link:root/out/report.pdf>
+  names_only: []          # paths that must show as their file name only
+  never: []               # strings that must never reach the client
+  error_code: null
+  http_status: 200
+"""
+
+
+def write_expectation_template(cassette_path: Path) -> Path:
+    """Write ``NAME.expect.yaml`` beside a new cassette unless one exists; return its path."""
+    exp = cassette_path.with_name(cassette_path.stem + ".expect.yaml")
+    if not exp.exists():
+        exp.write_text(EXPECTATION_TEMPLATE, encoding="utf-8")
+    return exp
 
 
 @dataclass
@@ -129,7 +185,22 @@ class Expectation:
     never: list[str] = field(default_factory=list)
     error_code: str | None = None
     http_status: int = 200
+    tool_arguments: list[str] | None = None
+    named_events: list[str] | None = None
+    upstream_cut: bool = False
     request: dict[str, Any] = field(default_factory=dict)
+
+    def asserts_something(self) -> bool:
+        """Does this say anything about the output beyond "valid protocol"?"""
+        return bool(
+            self.text is not None
+            or self.names_only
+            or self.never
+            or self.error_code
+            or self.http_status != 200
+            or self.tool_arguments is not None
+            or self.named_events is not None
+        )
 
 
 @dataclass
@@ -143,7 +214,13 @@ class Cassette:
     expect: Expectation
 
 
-def load(path: Path) -> Cassette:
+def load(path: Path, *, require_expectation: bool = True) -> Cassette:
+    """Read a cassette and its expectation.
+
+    Refused (``ValueError``): no expectation file, unknown keys, or an expectation
+    that asserts nothing beyond the protocol (an untouched template). Pass
+    ``require_expectation=False`` to read the interaction alone.
+    """
     import json
 
     data = SSEYamlSerializer.deserialize(path.read_text(encoding="utf-8"))
@@ -160,15 +237,32 @@ def load(path: Path) -> Cassette:
     content = resp.get("body", {}).get("string", "")
     body = content.encode("utf-8") if isinstance(content, str) else bytes(content)
     headers = {
-        k.lower(): (v[0] if isinstance(v, list) else v) for k, v in resp.get("headers", {}).items()
+        k.lower(): (v[0] if isinstance(v, list) else v)
+        for k, v in resp.get("headers", {}).items()
+        if k.lower() not in _FRAMING_HEADERS
     }
     exp_path = path.with_name(path.stem + ".expect.yaml")
-    raw = yaml.safe_load(exp_path.read_text(encoding="utf-8")) if exp_path.exists() else {}
+    if exp_path.exists():
+        raw = yaml.safe_load(exp_path.read_text(encoding="utf-8")) or {}
+    elif require_expectation:
+        raise ValueError(
+            f"{path.name}: no {exp_path.name} beside it (record and capture write a template)"
+        )
+    else:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{exp_path.name}: not a mapping")
     expect_block = raw.pop("expect", {}) or {}
-    exp = Expectation(
-        **{k: v for k, v in raw.items() if k in Expectation.__dataclass_fields__},
-        **{k: v for k, v in expect_block.items() if k in Expectation.__dataclass_fields__},
-    )
+    known = set(Expectation.__dataclass_fields__)
+    unknown = sorted((set(raw) | set(expect_block)) - known)
+    if unknown:
+        raise ValueError(f"{exp_path.name}: unknown key(s) {unknown}; known: {sorted(known)}")
+    exp = Expectation(**raw, **expect_block)
+    if require_expectation and not exp.asserts_something():
+        raise ValueError(
+            f"{exp_path.name}: asserts nothing (set expect.text, names_only, never or "
+            "error_code; see docs/runbooks/incident-replay.md)"
+        )
     return Cassette(
         name=path.stem,
         path=path,

@@ -10,12 +10,14 @@ and the checks run over those reads:
 * no leak: no read, and no prefix of the assembled bytes, contains a ``never``
   string, the folder part of a ``names_only`` path, or the sandbox's own path;
 * protocol: every ``data:`` line is one-line JSON (or ``[DONE]``), exactly one
-  terminal event, ``[DONE]`` last on chat streams;
+  terminal event carrying the artifact manifest, ``[DONE]`` last on chat streams;
 * chunking invariance: the assembled text is identical for every chunking;
 * expectation: the text with links turned into ``<link:FILE>`` placeholders equals
   ``expect.text``; ``names_only`` paths show their name and nothing of the folder;
-* consistency: the links in the text are exactly the terminal manifest's, and the
-  link mode is the one asked for;
+* consistency: the links anywhere in the stream (text, tool-call arguments, relayed
+  named events) are exactly the terminal manifest's, and the link mode is the one
+  asked for; ``tool_arguments`` and ``named_events`` match when the expectation
+  gives them;
 * no delay (per-event strategy): a chunk of ordinary text reaches the client before
   the next upstream chunk is released;
 * links (once per cassette): each downloads byte-identical for its owner, is 404 for
@@ -46,7 +48,7 @@ from gateway.rewrite import StreamRewriter
 from gateway.server import serve_app
 from gateway.sse import SSEDecoder
 from harness.cassette import Cassette
-from harness.strategies import STRATEGIES, Chunking
+from harness.strategies import STRATEGIES, Chunking, Options
 from harness.transport import Scripted, ScriptedTransport
 
 KEYS = {
@@ -105,6 +107,12 @@ class Capture:
     manifest: dict[str, Any] | None = None
     error_code: str | None = None
     body: bytes = b""
+    #: assembled arguments per tool call, in the order the calls appeared
+    tool_args: dict[str, list[str]] = field(default_factory=dict)
+    #: ids of every link emitted outside the manifest (text, arguments, named events)
+    link_ids: set[str] = field(default_factory=set)
+    #: names of the named (non-``message``) events relayed on a chat stream
+    named: list[str] = field(default_factory=list)
 
 
 # -- sandbox and servers -----------------------------------------------------------
@@ -163,7 +171,18 @@ class Replayer:
     def _script_for(self, request: httpx.Request) -> Scripted:
         if self._next:
             return self._next.pop(0)
-        return Scripted([self.cas.body], status=self.cas.status, headers=dict(self.cas.headers))
+        return Scripted(
+            [self.cas.body],
+            status=self.cas.status,
+            headers=dict(self.cas.headers),
+            fail_after=self.cas.expect.upstream_cut,
+        )
+
+    @property
+    def extra_roots(self) -> tuple[str, ...]:
+        """What the gateway's detector counts as roots besides the defaults."""
+        arts = self.config.artifacts
+        return (*(str(r) for r in arts.roots), *(m.agent_prefix for m in arts.mounts))
 
     async def start(self, nursery: trio.Nursery) -> None:
         from gateway.app import create_app
@@ -224,7 +243,7 @@ class Replayer:
         waits: list[bool] = []
         after: Callable[[int], Awaitable[None]] | None = None
         if lockstep is not None:
-            ordinary = ordinary_chunks(chunking)
+            ordinary = ordinary_chunks(chunking, self.extra_roots)
 
             async def after_chunk(i: int) -> None:
                 if i < len(ordinary) and ordinary[i]:
@@ -239,7 +258,11 @@ class Replayer:
             after = after_chunk
         self._next.append(
             Scripted(
-                chunking, status=self.cas.status, headers=dict(self.cas.headers), after_chunk=after
+                chunking,
+                status=self.cas.status,
+                headers=dict(self.cas.headers),
+                after_chunk=after,
+                fail_after=exp.upstream_cut,
             )
         )
         req = dict(self.cas.request_body)
@@ -343,9 +366,14 @@ async def _stream(
     return cap
 
 
-def ordinary_chunks(chunking: Chunking) -> list[bool]:
-    """Per chunk: must its text reach the client before the next chunk (invariant 3)?"""
-    rw = StreamRewriter()
+def ordinary_chunks(chunking: Chunking, extra_roots: tuple[str, ...] = ()) -> list[bool]:
+    """Per chunk: must its text reach the client before the next chunk (invariant 3)?
+
+    ``extra_roots`` must be the gateway's (artifact roots and mount prefixes):
+    with fewer roots, text the gateway rightly holds (``/workspace/...``) would
+    look ordinary here.
+    """
+    rw = StreamRewriter(extra_roots=extra_roots)
     out = []
     decoder = SSEDecoder()
     for chunk in chunking:
@@ -390,22 +418,34 @@ def parse_capture(cap: Capture, front: str) -> None:
         if ev.data == "[DONE]":
             continue
         obj = json.loads(ev.data)
+        _collect_links(cap, obj)
         if front in ("chat", "proxy"):
+            if ev.event not in ("", "message"):
+                cap.named.append(ev.event)
+                continue
             for ch in obj.get("choices") or ():
-                c = (ch.get("delta") or {}).get("content")
+                delta = ch.get("delta") or {}
+                c = delta.get("content")
                 if isinstance(c, str):
                     text_parts.append(c)
+                for call in delta.get("tool_calls") or ():
+                    fn = call.get("function") or {}
+                    if isinstance(fn.get("arguments"), str):
+                        key = f"{ch.get('index', 0)}.{call.get('index', 0)}"
+                        cap.tool_args.setdefault(key, []).append(fn["arguments"])
                 if ch.get("finish_reason") is not None:
                     terminals += 1
                     cap.terminal = obj
-            if isinstance(obj.get("gateway"), dict):
-                cap.manifest = obj["gateway"]
+            # the manifest rides on the last JSON chunk (named events aside)
+            cap.manifest = obj["gateway"] if isinstance(obj.get("gateway"), dict) else None
             if isinstance(obj.get("error"), dict):
                 cap.error_code = obj["error"].get("code")
         elif front == "responses":
             kind = obj.get("type")
             if kind == "response.output_text.delta":
                 text_parts.append(obj["delta"])
+            elif kind == "response.function_call_arguments.delta":
+                cap.tool_args.setdefault(str(obj["output_index"]), []).append(obj["delta"])
             elif kind in ("response.completed", "response.failed"):
                 terminals += 1
                 cap.terminal = obj
@@ -419,6 +459,8 @@ def parse_capture(cap: Capture, front: str) -> None:
             kind = obj.get("event")
             if kind == "message.delta":
                 text_parts.append(obj["delta"])
+            elif kind == "tool.completed":
+                cap.tool_args[str(obj.get("tool_call_id"))] = [str(obj.get("arguments") or "")]
             elif kind in ("run.completed", "run.failed", "run.cancelled"):
                 terminals += 1
                 cap.terminal = obj
@@ -427,6 +469,8 @@ def parse_capture(cap: Capture, front: str) -> None:
                     cap.error_code = obj["error"].get("code")
     if terminals != 1:
         raise CheckFailed(f"expected exactly one terminal event, saw {terminals}")
+    if cap.manifest is None:
+        raise CheckFailed("the terminal event carries no artifact manifest (gateway)")
     if front in ("chat", "proxy") and (not events or events[-1].data != "[DONE]"):
         raise CheckFailed("the stream does not end with [DONE]")
     cap.text = "".join(text_parts)
@@ -442,6 +486,18 @@ def parse_capture(cap: Capture, front: str) -> None:
         and cap.terminal.get("output") not in (None, cap.text)
     ):
         raise CheckFailed("the run's terminal output differs from its deltas")
+
+
+def _collect_links(cap: Capture, obj: Any) -> None:
+    """Record the ids of the links in one event, leaving out the manifest itself."""
+    if not isinstance(obj, dict):
+        return
+    stripped = {k: v for k, v in obj.items() if k != "gateway"}
+    resp = stripped.get("response")
+    if isinstance(resp, dict):
+        stripped["response"] = {k: v for k, v in resp.items() if k != "gateway"}
+    for m in LINK_RE.finditer(json.dumps(stripped, ensure_ascii=False)):
+        cap.link_ids.add(m.group(1))
 
 
 # -- checks ---------------------------------------------------------------------------
@@ -503,21 +559,29 @@ def check_capture(cap: Capture, cas: Cassette, base: Path, baseline: list[str]) 
     if exp.error_code != cap.error_code:
         raise CheckFailed(f"terminal error {cap.error_code!r}, expected {exp.error_code!r}")
     shown = placeholders(cap.text, cap.manifest, cas, base)
+    args = [placeholders("".join(v), cap.manifest, cas, base) for v in cap.tool_args.values()]
+    seen = "\x00".join([shown, *args, *cap.named])
     if not baseline:
-        baseline.append(shown)
-    elif shown != baseline[0]:
-        raise CheckFailed("chunking changed the assembled text", _diff(baseline[0], shown))
+        baseline.append(seen)
+    elif seen != baseline[0]:
+        raise CheckFailed("chunking changed the assembled output", _diff(baseline[0], seen))
     if exp.text is not None and shown != exp.text:
         raise CheckFailed("assembled text differs from the expectation", _diff(exp.text, shown))
+    if exp.tool_arguments is not None and args != exp.tool_arguments:
+        raise CheckFailed(
+            "tool-call arguments differ from the expectation",
+            _diff("\n".join(exp.tool_arguments), "\n".join(args)),
+        )
+    if exp.named_events is not None and cap.named != exp.named_events:
+        raise CheckFailed(f"named events relayed {cap.named}, expected {exp.named_events}")
     for p in exp.names_only:
         name = re.split(r"[/\\]+", p.rstrip("/\\"))[-1]
         if name not in cap.text:
             raise CheckFailed(f"{name!r} (name of a names_only path) missing from the text")
-    ids_in_text = {m.group(1) for m in LINK_RE.finditer(cap.text)}
     manifest_ids = {a["id"] for a in (cap.manifest or {}).get("artifacts", [])}
-    if exp.error_code is None and ids_in_text != manifest_ids:
+    if exp.error_code is None and cap.link_ids != manifest_ids:
         raise CheckFailed(
-            f"links in the text {sorted(ids_in_text)} != manifest {sorted(manifest_ids)}"
+            f"links in the stream {sorted(cap.link_ids)} != manifest {sorted(manifest_ids)}"
         )
     want_mode = (
         exp.link_mode
@@ -534,6 +598,11 @@ def check_capture(cap: Capture, cas: Cassette, base: Path, baseline: list[str]) 
         raise CheckFailed(
             f"manifest mode {cap.manifest.get('download_link_mode')}, asked {want_mode}"
         )
+    for art in (cap.manifest or {}).get("artifacts", []):
+        if art.get("link_mode") != want_mode:
+            raise CheckFailed(
+                f"{art.get('filename')!r} minted {art.get('link_mode')}, asked {want_mode}"
+            )
 
 
 def _diff(a: str, b: str) -> str:
@@ -640,14 +709,25 @@ async def replay_cassette(
     strategies: list[str],
     *,
     seed: int = 0,
+    ci: bool = False,
     rewrite: bool = True,
     sdk: bool = True,
     on_progress: Callable[[str], None] | None = None,
 ) -> list[Outcome]:
+    """Replay one cassette once per chunking of every strategy; one Outcome each.
+
+    ``ci`` selects the CI profile of every-split (see :mod:`harness.strategies`).
+
+    A strategy stops at its first failing replay. Links and the SDK parse are
+    checked once, after every strategy passed.
+    """
     base = Path(tempfile.mkdtemp(prefix=f"harness-{cas.name}-"))
     outcomes: list[Outcome] = []
     try:
         rep = Replayer(cas, base, rewrite=rewrite)
+        opts = (
+            Options.ci(seed, rep.extra_roots) if ci else Options(seed, extra_roots=rep.extra_roots)
+        )
         async with trio.open_nursery() as nursery:
             await rep.start(nursery)
             async with httpx.AsyncClient(timeout=httpx.Timeout(10, read=30)) as client:
@@ -657,7 +737,7 @@ async def replay_cassette(
                     out = Outcome(cas.name, name)
                     t0 = time.perf_counter()
                     try:
-                        for chunking in STRATEGIES[name](cas.body, seed):
+                        for chunking in STRATEGIES[name](cas.body, opts):
                             lock: list[bool] | None = [] if name == "per-event" else None
                             cap = await rep.replay(client, chunking, lockstep=lock)
                             out.replays += 1
@@ -671,6 +751,15 @@ async def replay_cassette(
                     except CheckFailed as exc:
                         out.failure = str(exc)
                         out.event = exc.event
+                    except (
+                        httpx.HTTPError,
+                        ValueError,
+                        KeyError,
+                        TypeError,
+                        AttributeError,
+                    ) as exc:
+                        # malformed output or a broken connection: a failure, not a crash
+                        out.failure = f"{type(exc).__name__}: {exc}"
                     out.seconds = time.perf_counter() - t0
                     outcomes.append(out)
                     if on_progress is not None:
@@ -686,6 +775,8 @@ async def replay_cassette(
                     except CheckFailed as exc:
                         links.failure = str(exc)
                         links.event = exc.event
+                    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+                        links.failure = f"{type(exc).__name__}: {exc}"
                     links.seconds = time.perf_counter() - t0
                     outcomes.append(links)
             nursery.cancel_scope.cancel()
