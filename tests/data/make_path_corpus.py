@@ -184,8 +184,18 @@ c("see /tmp/résumé 2026.txt", "see résumé 2026.txt", ["/tmp/résumé"])
 c('see "/tmp/résumé 2026.txt"', 'see "résumé 2026.txt"', ["/tmp/résumé 2026.txt"])
 c("emoji /tmp/🎉party.txt!", "emoji 🎉party.txt!", ["/tmp/🎉party.txt"])
 c("café/tmp/x", "café/tmp/x", [], "latin letter before slash")
-c("_/Users/alice/Desktop/draft.txt_ and *~/notes/todo.md*", "_draft.txt_ and *todo.md*", ["/Users/alice/Desktop/draft.txt", "~/notes/todo.md"], "markdown emphasis: _ is punctuation, the closing _ is not part of the path")
-c("-/Users/alice/b.txt and [a]/Users/alice/c.txt", "-b.txt and [a]c.txt", ["/Users/alice/b.txt", "/Users/alice/c.txt"], "- and ] are punctuation")
+c(
+    "_/Users/alice/Desktop/draft.txt_ and *~/notes/todo.md*",
+    "_draft.txt_ and *todo.md*",
+    ["/Users/alice/Desktop/draft.txt", "~/notes/todo.md"],
+    "markdown emphasis: _ is punctuation, the closing _ is not part of the path",
+)
+c(
+    "-/Users/alice/b.txt and [a]/Users/alice/c.txt",
+    "-b.txt and [a]c.txt",
+    ["/Users/alice/b.txt", "/Users/alice/c.txt"],
+    "- and ] are punctuation",
+)
 # --- negatives
 c("and/or", "and/or", [])
 c("1/2 cup", "1/2 cup", [])
