@@ -172,21 +172,7 @@ class Upstream:
             )
         except Exception as exc:
             raise translate(exc) from exc
-        if resp.status_code >= 400:
-            raise _error_from_body(resp.status_code, resp.content, resp.headers.get("retry-after"))
-        try:
-            data = resp.json()
-        except ValueError as exc:
-            raise UpstreamError(
-                "The upstream model server answered with something that is not JSON.",
-                code="upstream_bad_response",
-            ) from exc
-        if not isinstance(data, dict):
-            raise UpstreamError(
-                "The upstream model server answered with unexpected JSON.",
-                code="upstream_bad_response",
-            )
-        return data
+        return _json_object(resp, "answer")
 
     async def models(self) -> dict[str, Any]:
         """``GET /models``, cached for ``models_cache_seconds``."""
@@ -197,20 +183,7 @@ class Upstream:
             resp = await self._client.get(self.base_url + "/models", timeout=10.0)
         except Exception as exc:
             raise translate(exc) from exc
-        if resp.status_code >= 400:
-            raise _error_from_body(resp.status_code, resp.content, resp.headers.get("retry-after"))
-        try:
-            data = resp.json()
-        except ValueError as exc:
-            raise UpstreamError(
-                "The upstream model server's model list is not JSON.",
-                code="upstream_bad_response",
-            ) from exc
-        if not isinstance(data, dict):
-            raise UpstreamError(
-                "The upstream model server's model list is not an object.",
-                code="upstream_bad_response",
-            )
+        data = _json_object(resp, "model list")
         if self.cfg.models_cache_seconds > 0:
             self._models = (now, data)
         return data
@@ -222,6 +195,24 @@ class Upstream:
         except Exception:
             return False
         return resp.status_code < 500
+
+
+def _json_object(resp: httpx.Response, what: str) -> dict[str, Any]:
+    """The JSON object of a complete upstream response, or the matching UpstreamError."""
+    if resp.status_code >= 400:
+        raise _error_from_body(resp.status_code, resp.content, resp.headers.get("retry-after"))
+    try:
+        data = resp.json()
+    except ValueError as exc:
+        raise UpstreamError(
+            f"The upstream model server's {what} is not JSON.", code="upstream_bad_response"
+        ) from exc
+    if not isinstance(data, dict):
+        raise UpstreamError(
+            f"The upstream model server's {what} is not a JSON object.",
+            code="upstream_bad_response",
+        )
+    return data
 
 
 async def _read_bounded(resp: httpx.Response) -> bytes:
