@@ -12,7 +12,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -171,7 +171,8 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
 
 
 class ChannelBody(ResponseBody):
-    """A response body fed by an ``@trio.as_safe_channel`` producer.
+    """A response body fed by an async context manager that yields an async iterable:
+    an ``@trio.as_safe_channel`` producer or a :func:`gateway.relay.relay`.
 
     Quart sends a body as ``async with body as it: async for chunk in it``, so
     entering the producer's context here puts its nursery in the sending task.
@@ -179,11 +180,11 @@ class ChannelBody(ResponseBody):
 
     def __init__(
         self,
-        channel: AbstractAsyncContextManager[trio.abc.ReceiveChannel[bytes]],
+        channel: AbstractAsyncContextManager[AsyncIterable[bytes]],
         on_close: Callable[[], None] | None = None,
     ) -> None:
         self._cm = channel
-        self._recv: trio.abc.ReceiveChannel[bytes] | None = None
+        self._recv: AsyncIterable[bytes] | None = None
         self._on_close = on_close
 
     async def __aenter__(self) -> ChannelBody:
@@ -199,8 +200,7 @@ class ChannelBody(ResponseBody):
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         assert self._recv is not None
-        it: AsyncIterator[bytes] = self._recv.__aiter__()
-        return it
+        return self._recv.__aiter__()
 
 
 def error_response(exc: GatewayError) -> Response:
@@ -290,8 +290,9 @@ def stream_response(
     held = [0]
 
     def on_held(chars: int) -> None:
-        st.metrics.held_chars.inc(chars - held[0])
-        held[0] = chars
+        if chars != held[0]:
+            st.metrics.held_chars.inc(chars - held[0])
+            held[0] = chars
 
     opts = dataclasses.replace(st.relay_options(), on_held=on_held)
     body = ChannelBody(relay(resp, pipeline, sink, opts), on_close=closed)

@@ -51,6 +51,9 @@ STRUCTURAL = frozenset(
     }
 )
 
+#: JSON numbers and booleans: never rewritten
+_NUMBER = (int, float, bool)
+
 
 class LinkResolver(Protocol):
     """Turns a host path into a link for one response (same path → same link)."""
@@ -142,6 +145,8 @@ class ChatPipeline:
         return StreamRewriter(detector=self._detector)
 
     async def _render(self, pieces: list[Piece], *, name_only: bool = False) -> str:
+        if len(pieces) == 1 and isinstance(pieces[0], str):
+            return pieces[0]  # the common case: plain text, nothing held back
         if all(isinstance(p, str) for p in pieces):
             return "".join(pieces)  # type: ignore[arg-type]
         out: list[str] = []
@@ -212,14 +217,14 @@ class ChatPipeline:
 
     async def rewrite_chunk(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Rewrite one ``chat.completion.chunk`` in place and return it."""
-        self._last = {k: obj[k] for k in ("id", "created", "model") if k in obj}
+        last: dict[str, Any] = {}
+        for k in ("id", "created", "model"):
+            if k in obj:
+                last[k] = obj[k]
+        self._last = last
         choices = obj.get("choices")
         for key, value in list(obj.items()):
-            if (
-                key != "choices"
-                and key not in STRUCTURAL
-                and not isinstance(value, int | float | bool)
-            ):
+            if key != "choices" and key not in STRUCTURAL and not isinstance(value, _NUMBER):
                 obj[key] = await self.scrub(value, key)
         if not isinstance(choices, list):
             return obj
@@ -228,7 +233,9 @@ class ChatPipeline:
                 continue
             idx = choice.get("index", 0)
             idx = idx if isinstance(idx, int) else 0
-            state = self._choices.setdefault(idx, _Choice())
+            state = self._choices.get(idx)
+            if state is None:
+                state = self._choices[idx] = _Choice()
             delta = choice.get("delta")
             if isinstance(delta, dict):
                 await self._rewrite_delta(idx, state, delta)
@@ -252,7 +259,10 @@ class ChatPipeline:
                 out = await self._feed(rw, value)
                 delta[key] = out
                 if key == "content":
-                    self.text.setdefault(idx, []).append(out)
+                    texts = self.text.get(idx)
+                    if texts is None:
+                        texts = self.text[idx] = []
+                    texts.append(out)
             elif key == "tool_calls" and isinstance(value, list):
                 for call in value:
                     if not isinstance(call, dict):
@@ -306,11 +316,13 @@ class ChatPipeline:
 
     @property
     def held_chars(self) -> int:
-        return sum(
-            rw.held_chars
-            for st in self._choices.values()
-            for rw in (*st.channels.values(), *st.tools.values())
-        )
+        held = 0
+        for st in self._choices.values():
+            for rw in st.channels.values():
+                held += rw.held_chars
+            for rw in st.tools.values():
+                held += rw.held_chars
+        return held
 
     def make_chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {

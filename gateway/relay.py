@@ -1,28 +1,36 @@
 """Trio glue: relay one upstream SSE response through the pipeline to a sink.
 
-One producer per request, written as a ``@trio.as_safe_channel`` generator so its
-nursery lives in the task that sends the response body (see STACK-NOTES: never
-yield from inside a nursery in a plain body generator). Inside it:
+``relay(...)`` is an async context manager; ``async with relay(...) as chunks:
+async for data in chunks`` (that is how Quart sends a response body, see
+:class:`gateway.app.ChannelBody`). Entering it opens a nursery in the task that sends
+the body (see STACK-NOTES: never yield from inside a nursery in a plain body
+generator; a context manager entered and exited by the sending task is safe). Inside:
 
-* a reader task copies upstream byte chunks into a small memory channel (reading
-  cannot be cancelled mid-``__anext__`` without killing httpx's iterator, so a
-  separate task owns it);
-* an optional drain watcher puts a sentinel into the same channel;
-* the main loop waits with ``move_on_after(keepalive)`` (never yielding inside the
-  cancel scope), decodes the bytes, feeds every complete event to the pipeline and
-  yields **one** write per upstream read (batching is what keeps the cost per
-  event low).
+* one producer task reads the upstream bytes, decodes them, feeds every complete
+  event to the pipeline and puts **one** encoded write per upstream read into a
+  small memory channel (batching is what keeps the cost per event low; the cost is
+  per send, not per byte);
+* the consumer side (the body iterator, in the sending task) takes the writes out;
+  when the client is slower than the upstream, the writes already waiting are
+  joined into one (never waiting for more, so nothing is delayed). It waits with a
+  deadline (never holding a cancel scope across a yield) and writes a keep-alive
+  comment when the upstream has sent nothing for ``keepalive_seconds``;
+* an optional drain watcher, and the consumer's idle check, ask the producer to
+  stop: a pending upstream read is cancelled at once (the upstream is abandoned
+  anyway), pipeline work under way is never interrupted.
 
 Every exit path ends with a terminal write from the sink: normal end, upstream
 failure, idle timeout, oversized event, drain. Client disconnect cancels the
-producer; its ``finally`` closes the upstream response at once.
+nursery; the upstream response is closed at once.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Protocol
 
 import httpx
@@ -58,41 +66,14 @@ class RelayOptions:
     on_held: Callable[[int], None] | None = None
 
 
-class _Eof:
-    pass
+#: encoded writes the producer may run ahead of the client (backpressure beyond it)
+OUT_BUFFER = 16
 
-
-class _Drain:
-    pass
-
-
-_EOF = _Eof()
-_DRAIN = _Drain()
-Item = bytes | _Eof | _Drain | UpstreamError
-
-
-async def _read_upstream(resp: httpx.Response, send: trio.MemorySendChannel[Item]) -> None:
-    async with send:
-        try:
-            async for chunk in resp.aiter_bytes():
-                if chunk:
-                    await send.send(chunk)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return
-        except Exception as exc:
-            err = translate(exc)
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await send.send(err)
-            return
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await send.send(_EOF)
-
-
-async def _watch_drain(draining: trio.Event, send: trio.MemorySendChannel[Item]) -> None:
-    async with send:
-        await draining.wait()
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await send.send(_DRAIN)
+_IDLE = ("upstream_timeout", "The upstream model server sent nothing for too long.")
+_DRAINING = (
+    "gateway_draining",
+    "The gateway is restarting; the response was cut short, please retry.",
+)
 
 
 async def close_quietly(resp: httpx.Response, limit_seconds: float = 2.0) -> None:
@@ -103,79 +84,232 @@ async def close_quietly(resp: httpx.Response, limit_seconds: float = 2.0) -> Non
             await resp.aclose()
 
 
-@trio.as_safe_channel
-async def relay(
-    resp: httpx.Response, pipeline: ChatPipeline, sink: Sink, opts: RelayOptions
-) -> AsyncGenerator[bytes, None]:
-    """Yield the encoded stream for one upstream response (see module docstring)."""
-    send, recv = trio.open_memory_channel[Item](16)
-    decoder = SSEDecoder(max_event_bytes=opts.max_event_bytes)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_read_upstream, resp, send.clone())
-            if opts.draining is not None:
-                nursery.start_soon(_watch_drain, opts.draining, send.clone())
-            send.close()
-            first = sink.start()
-            if first:
-                yield first
-            last_data = trio.current_time()
+async def _abandon(chunks: AsyncIterator[bytes]) -> None:
+    """Finish the upstream byte iterator the way a cancelled read does.
+
+    httpx's iterator is a chain of async generators; one left suspended is finalized
+    by the garbage collector with a ResourceWarning. A read in a cancelled scope
+    ends them all (data already buffered comes back without a checkpoint first).
+    """
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        with contextlib.suppress(Exception):
             while True:
-                item: Item | None = None
-                with trio.move_on_after(opts.keepalive_seconds):
-                    item = await recv.receive()
-                if item is None:
-                    if trio.current_time() - last_data >= opts.idle_timeout_seconds:
-                        yield await sink.fail(
-                            pipeline,
-                            "upstream_timeout",
-                            "The upstream model server sent nothing for too long.",
-                        )
-                        break
-                    yield sink.keepalive()
-                    continue
-                if isinstance(item, _Drain):
-                    yield await sink.fail(
-                        pipeline,
-                        "gateway_draining",
-                        "The gateway is restarting; the response was cut short, please retry.",
-                    )
-                    break
-                if isinstance(item, _Eof):
-                    yield await sink.end(pipeline)
-                    break
-                if isinstance(item, UpstreamError):
-                    yield await sink.fail(pipeline, item.code, item.message)
-                    break
-                last_data = trio.current_time()
-                try:
-                    events = decoder.feed(item)
-                except SSEEventTooLarge as exc:
-                    yield await sink.fail(pipeline, exc.code, exc.message)
-                    break
-                outs: list[Out] = []
-                ending: Failure | bool | None = False
-                for ev in events:
-                    res = await pipeline.feed_event(ev)
-                    if res is None or isinstance(res, Failure):
-                        ending = res
-                        break
-                    outs.extend(res)
-                if opts.on_held is not None:
-                    opts.on_held(pipeline.held_chars)
-                if outs:
-                    yield sink.batch(outs)
-                if ending is None:
-                    yield await sink.end(pipeline)
-                    break
-                if isinstance(ending, Failure):
-                    yield await sink.fail(pipeline, ending.code, ending.message)
-                    break
-            nursery.cancel_scope.cancel()
+                await chunks.__anext__()
+
+
+def _raise_single(eg: BaseExceptionGroup[BaseException]) -> None:
+    """Re-raise the one real error of a nursery's group (as ``as_safe_channel`` does)."""
+    leaves: list[BaseException] = []
+    stack: list[BaseException] = [eg]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, BaseExceptionGroup):
+            stack.extend(reversed(e.exceptions))
+        else:
+            leaves.append(e)
+    real = [e for e in leaves if not isinstance(e, trio.Cancelled)]
+    if len(real) > 1:
+        raise eg
+    exc = (real or leaves)[0]
+    context = exc.__context__
+    try:
+        raise exc
     finally:
-        if opts.on_held is not None:
-            opts.on_held(0)
-        await close_quietly(resp)
+        exc.__context__ = context  # keep the error's own context, not the group
+        del exc, context
+
+
+class Relay:
+    """One relayed response: an async context manager whose value iterates the writes."""
+
+    def __init__(
+        self, resp: httpx.Response, pipeline: ChatPipeline, sink: Sink, opts: RelayOptions
+    ) -> None:
+        self._resp = resp
+        self._pipeline = pipeline
+        self._sink = sink
+        self._opts = opts
+        self._send, self._recv = trio.open_memory_channel[bytes](OUT_BUFFER)
+        self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._nursery: trio.Nursery | None = None
+        #: the cancel scope of the upstream read under way (None while not reading)
+        self._read_scope: trio.CancelScope | None = None
+        #: why the producer must stop early (idle timeout, drain), once asked
+        self._stop: tuple[str, str] | None = None
+        self._last_data = 0.0  # trio time of the last upstream bytes
+        self._last_tick = 0.0  # trio time the consumer last started a keep-alive period
+
+    # -- context manager (runs in the task that sends the body) -----------------------
+
+    async def __aenter__(self) -> Relay:
+        self._last_data = self._last_tick = trio.current_time()
+        self._nursery_cm = trio.open_nursery()
+        nursery = self._nursery = await self._nursery_cm.__aenter__()
+        nursery.start_soon(self._produce)
+        if self._opts.draining is not None:
+            nursery.start_soon(self._watch_drain, self._opts.draining)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        assert self._nursery is not None and self._nursery_cm is not None
+        try:
+            # the consumer is done (the stream ended, the client left, or an error):
+            # whatever still runs in the nursery is abandoned
+            self._nursery.cancel_scope.cancel()
+            try:
+                return bool(await self._nursery_cm.__aexit__(exc_type, exc, tb))
+            except BaseExceptionGroup as eg:
+                _raise_single(eg)
+                raise  # pragma: no cover - _raise_single always raises
+        finally:
+            self._recv.close()
+            if self._opts.on_held is not None:
+                self._opts.on_held(0)
+            await close_quietly(self._resp)
+
+    # -- consumer --------------------------------------------------------------------
+
+    def __aiter__(self) -> Relay:
+        return self
+
+    async def __anext__(self) -> bytes:
+        recv = self._recv
+        keepalive = self._opts.keepalive_seconds
+        while True:
+            try:
+                data = recv.receive_nowait()
+            except trio.WouldBlock:
+                got = False
+                with trio.move_on_at(max(self._last_data, self._last_tick) + keepalive):
+                    try:
+                        data = await recv.receive()
+                    except trio.EndOfChannel:
+                        raise StopAsyncIteration from None
+                    got = True
+                if not got:
+                    now = trio.current_time()
+                    if max(self._last_data, self._last_tick) + keepalive > now:
+                        continue  # the upstream sent something meanwhile (nothing to write)
+                    self._last_tick = now
+                    if now - self._last_data >= self._opts.idle_timeout_seconds:
+                        self._request_stop(_IDLE)
+                        continue
+                    ping = self._sink.keepalive()
+                    if ping:
+                        return ping
+                    continue
+            except trio.EndOfChannel:
+                raise StopAsyncIteration from None
+            # writes that are already waiting go out together (never wait for more)
+            parts: list[bytes] | None = None
+            while True:
+                try:
+                    more = recv.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+                if parts is None:
+                    parts = [data]
+                parts.append(more)
+            return data if parts is None else b"".join(parts)
+
+    def _request_stop(self, reason: tuple[str, str]) -> None:
+        if self._stop is None:
+            self._stop = reason
+        if self._read_scope is not None:
+            self._read_scope.cancel()
+
+    async def _watch_drain(self, draining: trio.Event) -> None:
+        await draining.wait()
+        self._request_stop(_DRAINING)
+
+    # -- producer --------------------------------------------------------------------
+
+    async def _produce(self) -> None:
+        pipeline, sink, opts = self._pipeline, self._sink, self._opts
+        on_held = opts.on_held
+        decoder = SSEDecoder(max_event_bytes=opts.max_event_bytes)
+        send = self._send
+        chunks = self._resp.aiter_bytes()
+        with send:
+            try:
+                first = sink.start()
+                if first:
+                    await send.send(first)
+                while True:
+                    if self._stop is not None:
+                        await self._send_final(await sink.fail(pipeline, *self._stop))
+                        return
+                    chunk: bytes | None = b""
+                    failed: UpstreamError | None = None
+                    with trio.CancelScope() as scope:
+                        self._read_scope = scope  # _request_stop cancels a pending read
+                        try:
+                            chunk = await chunks.__anext__()
+                        except StopAsyncIteration:
+                            chunk = None
+                        except Exception as exc:
+                            failed = translate(exc)
+                    self._read_scope = None
+                    if chunk is None:
+                        await self._send_final(await sink.end(pipeline))
+                        return
+                    if failed is not None:
+                        await self._send_final(
+                            await sink.fail(pipeline, failed.code, failed.message)
+                        )
+                        return
+                    if not chunk:
+                        continue  # an empty read, or one cancelled by _request_stop
+                    self._last_data = trio.current_time()
+                    try:
+                        events = decoder.feed(chunk)
+                    except SSEEventTooLarge as exc:
+                        await self._send_final(await sink.fail(pipeline, exc.code, exc.message))
+                        return
+                    outs: list[Out] = []
+                    ending: Failure | bool | None = False
+                    for ev in events:
+                        res = await pipeline.feed_event(ev)
+                        if res is None or isinstance(res, Failure):
+                            ending = res
+                            break
+                        outs.extend(res)
+                    if on_held is not None:
+                        on_held(pipeline.held_chars)
+                    if outs:
+                        data = sink.batch(outs)
+                        if data:
+                            await send.send(data)
+                    if ending is None:
+                        await self._send_final(await sink.end(pipeline))
+                        return
+                    if isinstance(ending, Failure):
+                        await self._send_final(
+                            await sink.fail(pipeline, ending.code, ending.message)
+                        )
+                        return
+            finally:
+                self._read_scope = None
+                try:
+                    await _abandon(chunks)
+                finally:
+                    await close_quietly(self._resp)
+
+    async def _send_final(self, data: bytes) -> None:
+        if data:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await self._send.send(data)
+
+
+def relay(resp: httpx.Response, pipeline: ChatPipeline, sink: Sink, opts: RelayOptions) -> Relay:
+    """The encoded stream for one upstream response (see module docstring)."""
+    return Relay(resp, pipeline, sink, opts)
 
 
 class HookedSink:

@@ -267,11 +267,19 @@ def encode_event(data: str, *, event: str | None = None, id: str | None = None) 
     return f"{head}data: {data}\n\n".encode("utf-8", "backslashreplace")
 
 
+#: ``json.dumps(obj, ensure_ascii=False, separators=(",", ":"))`` without building an
+#: encoder per call
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def encode_json(obj: object, *, event: str | None = None, id: str | None = None) -> bytes:
     """Encode ``obj`` as compact JSON on one ``data`` line (JSON escapes newlines)."""
-    return encode_event(
-        json.dumps(obj, ensure_ascii=False, separators=(",", ":")), event=event, id=id
-    )
+    data = _JSON.encode(obj)
+    if event is None and id is None:
+        # compact JSON never contains a raw CR or LF (strings escape every control
+        # character), so the one-line check of encode_event is not needed here
+        return f"data: {data}\n\n".encode("utf-8", "backslashreplace")
+    return encode_event(data, event=event, id=id)
 
 
 def encode_comment(text: str = "keepalive") -> bytes:
