@@ -101,6 +101,11 @@ _HOME_PARENTS = frozenset({"/Users", "/users", "/home"})
 _WIN_HOME_PARENT = re.compile(r"[A-Za-z]:[\\/]+(?:Users|Documents and Settings)", re.IGNORECASE)
 
 
+def could_contain_path(text: str) -> bool:
+    """False when ``text`` cannot hold a path start (none of ``/ ~ \\ :``): no rewrite needed."""
+    return _TRIGGER.search(text) is not None
+
+
 def _spaceless_script(ch: str) -> bool:
     """True for letters of scripts written without spaces (CJK, kana, Thai...)."""
     o = ord(ch)

@@ -29,17 +29,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway.paths import DEFAULT_MAX_PATH_CHARS, PathDetector, PathMatch
+from gateway.paths import DEFAULT_MAX_PATH_CHARS, PathDetector, PathMatch, could_contain_path
 from gateway.rewrite import Piece, StreamRewriter, render
 from gateway.sse import SSEEvent
 
 TEXT_KEYS = ("content", "reasoning_content", "reasoning", "refusal")
-#: structural keys whose string values are never rewritten
+#: structural keys whose string values are never rewritten (``model`` is not one of
+#: them: servers such as vLLM name a model by its host path by default)
 STRUCTURAL = frozenset(
     {
         "id",
         "object",
-        "model",
         "role",
         "finish_reason",
         "type",
@@ -168,19 +168,19 @@ class ChatPipeline:
 
     async def scrub_text(self, text: str) -> str:
         """One-shot rewrite of a complete string."""
-        if not self.enabled:
+        if not self.enabled or not could_contain_path(text):
             return text
         rw = self._rewriter()
         return await self._render(rw.feed_pieces(text) + rw.flush_pieces())
 
-    async def scrub(self, value: Any, key: str = "") -> Any:
-        """Rewrite every non-structural string inside a JSON value."""
+    async def scrub(self, value: Any, key: str = "", *, keep: frozenset[str] = STRUCTURAL) -> Any:
+        """Rewrite every string inside a JSON value except those under ``keep`` keys."""
         if isinstance(value, str):
-            return value if key in STRUCTURAL else await self.scrub_text(value)
+            return value if key in keep else await self.scrub_text(value)
         if isinstance(value, list):
-            return [await self.scrub(v, key) for v in value]
+            return [await self.scrub(v, key, keep=keep) for v in value]
         if isinstance(value, dict):
-            return {k: await self.scrub(v, k) for k, v in value.items()}
+            return {k: await self.scrub(v, k, keep=keep) for k, v in value.items()}
         return value
 
     async def _feed(self, rw: StreamRewriter, text: str) -> str:
@@ -201,7 +201,8 @@ class ChatPipeline:
         except ValueError:
             obj = None
         if ev.event not in ("message", ""):
-            scrubbed = await self.scrub(obj if obj is not None else data)
+            # an unknown event has no structure we know: every string is scrubbed
+            scrubbed = await self.scrub(obj if obj is not None else data, keep=frozenset())
             return [Named(ev.event, scrubbed)]
         if not isinstance(obj, dict):
             return Failure(

@@ -1180,3 +1180,30 @@ async def test_link_mode_reaches_manifest(gateway: Gateway) -> None:
     assert got.final["gateway"]["download_link_mode"] == "public"
     assert meta.json()["gateway"]["download_link_mode"] == "public"
     assert asserted.final["gateway"]["download_link_mode"] == "private"
+
+
+async def test_unknown_events_are_scrubbed_whole_and_model_paths_too(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """Every string of an unknown event is scrubbed (keys like ``name``/``status``
+    included), and a model named by its host path (vLLM's default) shows its name."""
+    body = (
+        encode_json(
+            {
+                "tool": "write_file",
+                "name": "/Users/alice/secret-plans/plan.txt",
+                "status": "writing /Users/alice/secret-plans/b.txt",
+            },
+            event="hermes.tool.progress",
+        )
+        + encode_json({**chunk({"content": "ok"}), "model": "/home/bob/models/llama-3"})
+        + STOP_EVENT
+        + DONE
+    )
+    transport = ScriptedTransport(lambda req: Scripted([body]))
+    gw = await start_gateway(nursery, scripted_gateway_config(tmp_path), transport=transport)
+    async with gw.client() as c:
+        r = await c.post(CHAT, json={"model": "m", "stream": True, "messages": MESSAGES})
+    assert r.status_code == 200
+    assert "/Users/alice" not in r.text and "/home/bob" not in r.text
+    assert "plan.txt" in r.text and "b.txt" in r.text and '"model":"llama-3"' in r.text

@@ -322,3 +322,12 @@ def test_same_path_same_resolution_in_every_context() -> None:
 
     rewrite('a /tmp/r.pdf b `/tmp/r.pdf` [x](/tmp/r.pdf) "/tmp/r.pdf"', spy)
     assert seen == ["/tmp/r.pdf"] * 4
+
+
+def test_could_contain_path_is_a_safe_filter() -> None:
+    from gateway.paths import could_contain_path
+
+    for case in CORPUS:
+        if case["paths"]:
+            assert could_contain_path(str(case["text"]))
+    assert not could_contain_path("plain words, numbers 42 and punctuation!")
