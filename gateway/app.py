@@ -61,6 +61,17 @@ SSE_HEADERS = {
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",
 }
+#: sampling parameters a run passes on to the upstream as given
+SAMPLING_KEYS = (
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+)
 #: request-body keys that are the gateway's, not the upstream's
 GATEWAY_BODY_KEYS = ("download_link_mode", "session_id")
 
@@ -594,6 +605,9 @@ def create_app(
             "user": pid,
             "stream_options": {"include_usage": True},
         }
+        for key in SAMPLING_KEYS:
+            if key in body:
+                ubody[key] = body[key]
         run = Run(new_run_id(), caller.owner, model, mode, st.config.limits.run_log_max_events)
         st.runs.add(run)
         pipeline = st.pipeline(st.resolver(caller.owner, mode))

@@ -46,7 +46,13 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from gateway import __version__
-from gateway.app import ChannelBody, GatewayHTTPConnection, error_response, json_response
+from gateway.app import (
+    SAMPLING_KEYS,
+    ChannelBody,
+    GatewayHTTPConnection,
+    error_response,
+    json_response,
+)
 from gateway.auth import LINK_MODES
 from gateway.config import Config
 from gateway.errors import AuthError, GatewayError, RequestError, UpstreamError
@@ -458,6 +464,8 @@ def create_proxy_app(
             )
         owner = ident.owner or "openwebui:anonymous"
         run_body = {"model": model, "messages": messages}
+        # Open WebUI's per-model params (temperature, max_tokens...) reach the upstream
+        run_body.update({k: body[k] for k in SAMPLING_KEYS if k in body})
         try:
             r = await client.post(
                 "/v1/runs", json=run_body, headers=ps.gateway_headers(owner, mode)

@@ -894,3 +894,16 @@ async def test_defence_in_depth_knows_configured_mounts(
     assert "/workspace" not in got.text and "team-secret" not in got.text, got.content
     assert HOST_PATH_RE.search(got.text) is None
     assert got.content.startswith("Saved the report to report.pdf and the data to x.csv")
+
+
+async def test_sampling_parameters_reach_the_upstream(chain: Chain) -> None:
+    """Open WebUI's per-model params (temperature, max_tokens...) go through the run."""
+    body = {**owui_body(stream=False), "temperature": 0.25, "max_tokens": 77, "top_k": 3}
+    async with chain.proxy.client(key=None) as c:
+        resp = await c.post(CHAT, json=body, headers=owui_headers(USER_A))
+    assert resp.status_code == 200, resp.text
+    sent = [
+        e["body"] for e in chain.upstream.app.demo_log if e["path"].endswith("/chat/completions")
+    ]
+    assert sent[-1]["temperature"] == 0.25 and sent[-1]["max_tokens"] == 77
+    assert "top_k" not in sent[-1]  # only the known sampling keys pass
