@@ -229,11 +229,42 @@ def json_response(obj: Any, status: int = 200) -> Response:
     return Response(body, status=status, content_type="application/json")
 
 
-_HTTP_CODES = {
-    404: ("not_found", "No such route on this gateway; see GET /v1/models and the API docs."),
-    405: ("method_not_allowed", "This route does not accept that HTTP method."),
-    413: ("request_too_large", "The request body is larger than the gateway accepts."),
-}
+def install_common(app: QuartTrio, config: Config, what: str) -> None:
+    """What the API server and the proxy share: the connection class (access log,
+    per-request cleanup), no response timeout on streams, the body limit, the route
+    label for metrics, and JSON errors with stable codes for every failure."""
+    app.asgi_http_class = GatewayHTTPConnection
+    app.config["RESPONSE_TIMEOUT"] = None
+    app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
+    http_codes = {
+        404: ("not_found", f"No such route on this {what}; see GET /v1/models and docs/api.md."),
+        405: ("method_not_allowed", "This route does not accept that HTTP method."),
+        413: ("request_too_large", f"The request body is larger than the {what} accepts."),
+    }
+
+    @app.before_request
+    async def _route_label() -> None:
+        rule = request.url_rule
+        request.scope["gateway.route"] = rule.rule if rule is not None else "unmatched"  # type: ignore[typeddict-unknown-key]
+
+    @app.errorhandler(GatewayError)
+    async def _gateway_error(exc: GatewayError) -> Response:
+        return error_response(exc)
+
+    @app.errorhandler(HTTPException)
+    async def _http_error(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        code, message = http_codes.get(status, ("http_error", "The request could not be handled."))
+        return error_response(GatewayError(message, code=code, status=status))
+
+    @app.errorhandler(Exception)
+    async def _unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response(
+            GatewayError(
+                f"The {what} failed unexpectedly; the error was logged.", code="internal_error"
+            )
+        )
 
 
 def state() -> GatewayState:
@@ -336,9 +367,7 @@ def create_app(
 ) -> QuartTrio:
     """Build the API server app. ``app.gateway`` is its :class:`GatewayState`."""
     app = QuartTrio("gateway")
-    app.asgi_http_class = GatewayHTTPConnection
-    app.config["RESPONSE_TIMEOUT"] = None
-    app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
+    install_common(app, config, "gateway")
     signer = Signer.load_or_create(config.state_dir)
     the_store = store if store is not None else open_store(config.state_dir)
     st = GatewayState(
@@ -352,11 +381,6 @@ def create_app(
         runs=RunRegistry(config.limits.run_retention_seconds),
     )
     app.gateway = st  # type: ignore[attr-defined]
-
-    @app.before_request
-    async def _route_label() -> None:
-        rule = request.url_rule
-        request.scope["gateway.route"] = rule.rule if rule is not None else "unmatched"  # type: ignore[typeddict-unknown-key]
 
     reaper_scope = trio.CancelScope()
 
@@ -374,25 +398,6 @@ def create_app(
         # until BACKGROUND_TASK_SHUTDOWN_TIMEOUT; runs end by themselves on drain
         reaper_scope.cancel()
         await st.aclose()
-
-    @app.errorhandler(GatewayError)
-    async def _gateway_error(exc: GatewayError) -> Response:
-        return error_response(exc)
-
-    @app.errorhandler(HTTPException)
-    async def _http_error(exc: HTTPException) -> Response:
-        status = exc.code or 500
-        code, message = _HTTP_CODES.get(status, ("http_error", "The request could not be handled."))
-        return error_response(GatewayError(message, code=code, status=status))
-
-    @app.errorhandler(Exception)
-    async def _unexpected(exc: Exception) -> Response:
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        return error_response(
-            GatewayError(
-                "The gateway failed unexpectedly; the error was logged.", code="internal_error"
-            )
-        )
 
     @app.get("/health")
     async def health() -> Response:

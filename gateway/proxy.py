@@ -43,14 +43,12 @@ import httpx
 import trio
 from quart import Response, request
 from quart_trio import QuartTrio
-from werkzeug.exceptions import HTTPException
 
 from gateway import __version__
 from gateway.app import (
     SAMPLING_KEYS,
     ChannelBody,
-    GatewayHTTPConnection,
-    error_response,
+    install_common,
     json_response,
 )
 from gateway.auth import LINK_MODES
@@ -349,9 +347,7 @@ def create_proxy_app(
     clock: Callable[[], float] = time.time,
 ) -> QuartTrio:
     app = QuartTrio("gateway-proxy")
-    app.asgi_http_class = GatewayHTTPConnection
-    app.config["RESPONSE_TIMEOUT"] = None
-    app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
+    install_common(app, config, "proxy")
     client = httpx.AsyncClient(
         base_url=config.proxy.gateway_url,
         timeout=httpx.Timeout(10.0, read=None),
@@ -374,38 +370,9 @@ def create_proxy_app(
                 "The bearer key is not one of proxy.client_keys.", code="invalid_api_key"
             )
 
-    @app.before_request
-    async def _route_label() -> None:
-        rule = request.url_rule
-        request.scope["gateway.route"] = rule.rule if rule is not None else "unmatched"  # type: ignore[typeddict-unknown-key]
-
     @app.after_serving
     async def _close() -> None:
         await client.aclose()
-
-    @app.errorhandler(GatewayError)
-    async def _gw_error(exc: GatewayError) -> Response:
-        return error_response(exc)
-
-    @app.errorhandler(HTTPException)
-    async def _http_error(exc: HTTPException) -> Response:
-        status = exc.code or 500
-        messages = {
-            404: ("not_found", "No such route on this proxy."),
-            405: ("method_not_allowed", "This route does not accept that HTTP method."),
-            413: ("request_too_large", "The request body is larger than the proxy accepts."),
-        }
-        code, message = messages.get(status, ("http_error", "The request could not be handled."))
-        return error_response(GatewayError(message, code=code, status=status))
-
-    @app.errorhandler(Exception)
-    async def _unexpected(exc: Exception) -> Response:
-        log.exception("unhandled error on %s %s", request.method, request.path)
-        return error_response(
-            GatewayError(
-                "The proxy failed unexpectedly; the error was logged.", code="internal_error"
-            )
-        )
 
     @app.get("/health")
     async def health() -> Response:
