@@ -22,7 +22,7 @@ import random
 import re
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ import openai
 import pytest
 import trio
 
-from gateway.demo_upstream import WINDOWS_PATH, DemoFiles, demo_long_delta
+from gateway.demo_upstream import DemoFiles, demo_long_delta
 from gateway.rewrite import rewrite
 from gateway.sse import DONE, SSEDecoder, SSEEvent, encode_comment, encode_json
 from harness.transport import Scripted, ScriptedTransport, split_at, split_every
@@ -46,6 +46,7 @@ from tests.conftest import (
     make_config,
     start_gateway,
 )
+from tests.helpers import HOST_PATH_RE, assert_no_demo_folders, json_strings
 
 CHAT = "/v1/chat/completions"
 ROUTE = "/v1/chat/completions"
@@ -65,10 +66,6 @@ SDK_WARNINGS = pytest.mark.filterwarnings(
 )
 
 # A host path in any body we send back: the usual host roots or a Windows drive path.
-HOST_PATH_RE = re.compile(
-    r"(/Users/|/home/|/root/|/tmp/|/private/|/var/|/Volumes/|/mnt/|/opt/|/srv/|/etc/"
-    r"|[A-Za-z]:\\|[A-Za-z]:/(?!/)|\\\\[\w.-]+\\|file://)"
-)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -171,32 +168,6 @@ def assert_wire_format(got: Received) -> None:
     assert events == got.events
     assert [e.data for e in events].count("[DONE]") == 1
     assert events[-1].data == "[DONE]"
-
-
-def json_strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, list):
-        for v in value:
-            yield from json_strings(v)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield k
-            yield from json_strings(v)
-
-
-def folder_parts(files: DemoFiles) -> list[str]:
-    """Folder parts of every demo path that must never reach a client."""
-    parts = {str(p.parent) for p in (*files.in_root, files.outside_txt)}
-    # the per-test tmp folder name, and the Windows path's folders
-    parts |= {files.root.parent.name, WINDOWS_PATH.rsplit("\\", 1)[0], "Desktop"}
-    return sorted(parts)
-
-
-def assert_no_demo_folders(text: str, files: DemoFiles) -> None:
-    for part in folder_parts(files):
-        assert part not in text, part
-    assert HOST_PATH_RE.search(text) is None, HOST_PATH_RE.search(text)
 
 
 def assert_demo_answer(text: str, manifest: dict[str, Any], files: DemoFiles) -> None:

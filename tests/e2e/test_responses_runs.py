@@ -28,7 +28,7 @@ import json
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,7 @@ from openai.types.responses import (
     ResponseTextDoneEvent,
 )
 
-from gateway.demo_upstream import WINDOWS_PATH, DemoFiles, demo_long_delta
+from gateway.demo_upstream import DemoFiles, demo_long_delta
 from gateway.signing import new_artifact_id
 from gateway.sse import DONE, SSEDecoder, SSEEvent, encode_json
 from harness.transport import Scripted, ScriptedTransport, split_at, split_every
@@ -64,6 +64,7 @@ from tests.conftest import (
     start_demo_upstream,
     start_gateway,
 )
+from tests.helpers import HOST_PATH_RE, assert_no_demo_folders, json_strings
 
 RESPONSES = "/v1/responses"
 RUNS = "/v1/runs"
@@ -72,10 +73,6 @@ BASE = "http://127.0.0.1:8642"  # public_base_url of tests.conftest.make_config
 #: never contacted: gateways with a ScriptedTransport answer every request themselves
 SCRIPTED_URL = "http://127.0.0.1:9/v1"
 LINK_RE = re.compile(re.escape(BASE) + r"/v1/artifacts/[A-Za-z0-9_-]+")
-HOST_PATH_RE = re.compile(
-    r"(/Users/|/home/|/root/|/tmp/|/private/|/var/|/Volumes/|/mnt/|/opt/|/srv/|/etc/"
-    r"|[A-Za-z]:\\|[A-Za-z]:/(?!/)|\\\\[\w.-]+\\|file://)"
-)
 TERMINAL = ("run.completed", "run.failed", "run.cancelled")
 LONG_TEXT = "".join(demo_long_delta(i) for i in range(200))  # demo-long's default answer
 
@@ -193,31 +190,6 @@ def assert_responses_sequence(got: Received) -> None:
             "response.output_item.done",
         ]
         assert "response.output_text.delta" not in kinds[done:]
-
-
-def json_strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, list):
-        for v in value:
-            yield from json_strings(v)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield k
-            yield from json_strings(v)
-
-
-def folder_parts(files: DemoFiles) -> list[str]:
-    """Folder parts of every demo path that must never reach a client."""
-    parts = {str(p.parent) for p in (*files.in_root, files.outside_txt)}
-    parts |= {files.root.parent.name, WINDOWS_PATH.rsplit("\\", 1)[0], "Desktop"}
-    return sorted(parts)
-
-
-def assert_no_demo_folders(text: str, files: DemoFiles) -> None:
-    for part in folder_parts(files):
-        assert part not in text, part
-    assert HOST_PATH_RE.search(text) is None, HOST_PATH_RE.search(text)
 
 
 def assert_demo_text(text: str, manifest: dict[str, Any], files: DemoFiles) -> None:

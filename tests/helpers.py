@@ -1,0 +1,42 @@
+"""Assertions shared by the end-to-end tests (leak checks over the demo's files)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from gateway.demo_upstream import WINDOWS_PATH, DemoFiles
+
+#: a host-local path start, as a leak check independent of the gateway's detector
+HOST_PATH_RE = re.compile(
+    r"(/Users/|/home/|/root/|/tmp/|/private/|/var/|/Volumes/|/mnt/|/opt/|/srv/|/etc/"
+    r"|[A-Za-z]:\\|[A-Za-z]:/(?!/)|\\\\[\w.-]+\\|file://)"
+)
+
+
+def json_strings(value: Any) -> Iterator[str]:
+    """Every key and string inside a JSON value."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for v in value:
+            yield from json_strings(v)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from json_strings(v)
+
+
+def folder_parts(files: DemoFiles) -> list[str]:
+    """Folder parts of every demo path that must never reach a client."""
+    parts = {str(p.parent) for p in (*files.in_root, files.outside_txt)}
+    # the per-test tmp folder name, and the Windows path's folders
+    parts |= {files.root.parent.name, WINDOWS_PATH.rsplit("\\", 1)[0], "Desktop"}
+    return sorted(parts)
+
+
+def assert_no_demo_folders(text: str, files: DemoFiles) -> None:
+    for part in folder_parts(files):
+        assert part not in text, part
+    assert HOST_PATH_RE.search(text) is None, HOST_PATH_RE.search(text)
