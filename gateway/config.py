@@ -201,8 +201,23 @@ def parse_bind(bind: str) -> tuple[str, int]:
     return host, port
 
 
+class _Listener:
+    """``host``/``port`` of a section's ``bind`` (IPv6 without brackets; port 0 is ephemeral)."""
+
+    __slots__ = ()
+    bind: str
+
+    @property
+    def host(self) -> str:
+        return parse_bind(self.bind)[0]
+
+    @property
+    def port(self) -> int:
+        return parse_bind(self.bind)[1]
+
+
 @dataclass(frozen=True, slots=True)
-class ServerConfig:
+class ServerConfig(_Listener):
     """``[server]``: the API server's listener and stream behaviour."""
 
     bind: str
@@ -211,16 +226,6 @@ class ServerConfig:
     drain_timeout_seconds: float = 10.0
     max_body_bytes: int = 4 * MiB
     write_timeout_seconds: float = 10.0
-
-    @property
-    def host(self) -> str:
-        """The host part of ``bind`` (IPv6 without brackets)."""
-        return parse_bind(self.bind)[0]
-
-    @property
-    def port(self) -> int:
-        """The port part of ``bind`` (0 means an ephemeral port)."""
-        return parse_bind(self.bind)[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +276,7 @@ class AuthConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class ProxyConfig:
+class ProxyConfig(_Listener):
     """``[proxy]``: the Open WebUI runs proxy."""
 
     bind: str
@@ -280,16 +285,6 @@ class ProxyConfig:
     client_keys: tuple[str, ...] = field(repr=False)
     openwebui_jwt_secret: str = field(repr=False)
     trust_user_headers: bool = True
-
-    @property
-    def host(self) -> str:
-        """The host part of ``bind`` (IPv6 without brackets)."""
-        return parse_bind(self.bind)[0]
-
-    @property
-    def port(self) -> int:
-        """The port part of ``bind``."""
-        return parse_bind(self.bind)[1]
 
 
 @dataclass(frozen=True, slots=True)
