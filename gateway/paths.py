@@ -473,7 +473,9 @@ class PathDetector:
         first = _PROSE_STOP.search(buf, j)
         if first is not None and first.group() not in _BRACKETS and first.start() <= limit:
             # fast path: no bracket inside, the first stop ends the path
-            raw = _trim_end(buf[start : first.start()], buf[start - 1] if start else "")
+            raw = buf[start : first.start()].rstrip(_TRAILING_PUNCT)
+            if start and buf[start - 1] == "_":
+                raw = _trim_end(raw, "_")
             b = body - start
             if len(raw) <= b or (raw[b] in "/\\" and _NON_SEPARATOR.search(raw, b) is None):
                 return None
