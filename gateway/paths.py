@@ -210,6 +210,20 @@ class Clear(NamedTuple):
 
 ScanResult = Found | NeedMore | Overlong | Clear
 
+_tuple_new = tuple.__new__
+
+
+def _found(start: int, end: int, match: PathMatch) -> Found:
+    """``Found(...)`` without the generated ``__new__`` (hot path: one per path)."""
+    found: Found = _tuple_new(Found, (start, end, match))
+    return found
+
+
+def _match(raw: str, path: str, name: str, context: Context) -> PathMatch:
+    """``PathMatch(...)`` with default flags, without the generated ``__new__``."""
+    match: PathMatch = _tuple_new(PathMatch, (raw, path, name, context, False, ""))
+    return match
+
 
 class OverlongPath:
     """Consumes an overlong prose path to its end, keeping only its last segments.
@@ -463,7 +477,7 @@ class PathDetector:
         if not _needs_body(raw[body - start :]) or _SECOND_START.search(raw):
             return None
         path = _normalise(raw)
-        return Found(start, j, PathMatch(raw, path, file_name(path), ctx))
+        return _found(start, j, _match(raw, path, file_name(path), ctx))
 
     def _parse_prose(self, buf: str, start: int, body: int, final: bool) -> ScanResult | None:
         n = len(buf)
@@ -480,8 +494,8 @@ class PathDetector:
             if len(raw) <= b or (raw[b] in "/\\" and _NON_SEPARATOR.search(raw, b) is None):
                 return None
             path = _normalise(raw)
-            return Found(
-                start, start + len(raw), PathMatch(raw, path, file_name(path), Context.PROSE)
+            return _found(
+                start, start + len(raw), _match(raw, path, file_name(path), Context.PROSE)
             )
         while True:
             m = _PROSE_STOP.search(buf, j)
@@ -511,4 +525,4 @@ class PathDetector:
             return None
         ctx = Context.PROSE
         path = _normalise(raw)
-        return Found(start, start + len(raw), PathMatch(raw, path, file_name(path), ctx))
+        return _found(start, start + len(raw), _match(raw, path, file_name(path), ctx))

@@ -50,6 +50,8 @@ def name_only(path: str) -> None:
 
 
 def _md_escape(name: str) -> str:
+    if "[" not in name and "]" not in name and "\\" not in name:
+        return name
     return name.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
 
 
