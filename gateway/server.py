@@ -112,9 +112,12 @@ class BoundedWriteTCPServer(TCPServer):
                 await self.protocol.handle(Closed())
                 return
             if timed_out:
-                # a half-written stream is unusable: close it without a TLS goodbye
-                bounds.aborted += 1
-                log.warning("closing a connection whose client stopped reading")
+                # a half-written stream is unusable: close it without a TLS goodbye;
+                # a later write on the same connection times out too: count it once
+                if not getattr(self, "_gateway_aborted", False):
+                    self._gateway_aborted = True
+                    bounds.aborted += 1
+                    log.warning("closing a connection whose client stopped reading")
                 await trio.aclose_forcefully(self.stream)
         if timed_out:
             await self.protocol.handle(Closed())
