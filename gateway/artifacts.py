@@ -33,7 +33,7 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -399,7 +399,3 @@ class FileBody(ResponseBody):
         self._offset += len(data)
         self._remaining -= len(data)
         return data
-
-
-def safe_name_for_logs(path: str) -> str:
-    return PurePosixPath(path).name

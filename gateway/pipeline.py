@@ -66,31 +66,12 @@ class LinkResolver(Protocol):
     def manifest(self) -> dict[str, Any]: ...
 
 
-class NameOnlyResolver:
-    """Never a link: every path becomes its file name."""
-
-    def __init__(self, download_link_mode: str = "private") -> None:
-        self._mode = download_link_mode
-
-    @property
-    def download_link_mode(self) -> str:
-        return self._mode
-
-    async def resolve(self, path: str) -> str | None:
-        return None
-
-    def manifest(self) -> dict[str, Any]:
-        return {"download_link_mode": self._mode, "artifacts": []}
-
-
 @dataclass
 class PipelineStats:
-    paths: int = 0
+    """Paths rewritten into links and into names (fed to the metrics)."""
+
     links: int = 0
     names: int = 0
-    held_chars: int = 0
-    events_in: int = 0
-    chunks_out: int = 0
 
 
 @dataclass
@@ -154,7 +135,6 @@ class ChatPipeline:
             if isinstance(p, str):
                 out.append(p)
             else:
-                self.stats.paths += 1
                 url = None if (name_only or p.overlong) else await self._url(p)
                 if url is None:
                     self.stats.names += 1
@@ -192,7 +172,6 @@ class ChatPipeline:
 
     async def feed_event(self, ev: SSEEvent) -> list[Out] | Failure | None:
         """One upstream SSE event → chunks to emit; ``None`` at ``[DONE]``."""
-        self.stats.events_in += 1
         data = ev.data
         if data.strip() == "[DONE]":
             return None
@@ -247,7 +226,6 @@ class ChatPipeline:
                 if not isinstance(delta, dict):
                     delta = choice["delta"] = {}
                 await self._flush_choice(idx, state, delta, name_only=False)
-        self.stats.chunks_out += 1
         return obj
 
     async def _rewrite_delta(self, idx: int, state: _Choice, delta: dict[str, Any]) -> None:

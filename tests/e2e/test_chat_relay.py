@@ -46,7 +46,7 @@ from tests.conftest import (
     make_config,
     start_gateway,
 )
-from tests.helpers import HOST_PATH_RE, assert_no_demo_folders, json_strings
+from tests.helpers import HOST_PATH_RE, SDK_WARNINGS, assert_no_demo_folders, json_strings
 
 CHAT = "/v1/chat/completions"
 ROUTE = "/v1/chat/completions"
@@ -54,18 +54,6 @@ MESSAGES = [{"role": "user", "content": "Make me a report."}]
 #: never contacted: gateways with a ScriptedTransport answer every request themselves
 SCRIPTED_URL = "http://127.0.0.1:9/v1"
 KEEPALIVE = encode_comment()  # b": keepalive\n"
-
-# openai-python 3.x (on httpx2) stops at [DONE] with `break`, or raises APIError on an
-# error chunk, without closing its inner async generators (_iter_events, the SSE
-# decoder, httpx2/httpcore2 byte iterators); trio warns when they are collected. That
-# is the SDK's business, not the gateway's: ignore exactly those warnings, and collect
-# garbage inside the test, while the filter still applies (as test_demo_upstream.py).
-SDK_WARNINGS = pytest.mark.filterwarnings(
-    r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' was garbage collected"
-    ":ResourceWarning"
-)
-
-# A host path in any body we send back: the usual host roots or a Windows drive path.
 
 
 # --------------------------------------------------------------------------- helpers

@@ -27,6 +27,7 @@ from gateway.demo_upstream import (
     serve_demo_upstream,
 )
 from gateway.sse import SSEDecoder, SSEEvent, encode_comment
+from tests.helpers import SDK_WARNINGS
 
 
 @dataclass
@@ -315,14 +316,7 @@ async def test_client_disconnect_mid_stream_is_counted(upstream: Upstream) -> No
     assert app.demo_streams_completed == 0
 
 
-# openai-python's AsyncStream stops at [DONE] with `break` and never closes its inner
-# async generators (_iter_events, SSEDecoder.aiter_bytes, httpx2/httpcore2 iterators);
-# trio warns when they are collected. That is the SDK's business, not the upstream's:
-# ignore exactly those warnings, and collect garbage before the filter goes away.
-@pytest.mark.filterwarnings(
-    r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' was garbage collected"
-    ":ResourceWarning"
-)
+@SDK_WARNINGS  # see tests/helpers.py
 async def test_openai_sdk_consumes_demo_stream(upstream: Upstream) -> None:
     text: list[str] = []
     finish = None

@@ -27,6 +27,7 @@ from harness import cassette as cassette_mod
 from harness.__main__ import main as harness_main
 from harness.replay import Outcome, Replayer, replay_cassette, table
 from harness.strategies import DEFAULT, STRATEGIES, Options, every_split, path_starts
+from tests.helpers import SDK_WARNINGS
 
 ROOT = Path(__file__).resolve().parents[2]
 CASSETTE_DIR = ROOT / "cassettes"
@@ -37,12 +38,6 @@ CASSETTES = cassette_mod.discover([str(CASSETTE_DIR)])
 GATEWAY_BUGS: dict[str, str] = {
     # cassette stem -> reason; a strict xfail so the entry must go when the fix lands
 }
-
-# openai-python (on httpx2) leaves inner async generators unclosed; see test_chat_relay.py
-SDK_WARNINGS = pytest.mark.filterwarnings(
-    r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' was garbage collected"
-    ":ResourceWarning"
-)
 
 
 def _param(path: Path) -> Any:

@@ -51,6 +51,7 @@ from tests.conftest import (
     start_gateway,
     start_proxy,
 )
+from tests.helpers import SDK_WARNINGS
 
 CHAT = "/v1/chat/completions"
 JWT_SECRET = "owui-shared-jwt-secret-0123456789"
@@ -67,13 +68,6 @@ LINK_RE = re.compile(
 HOST_PATH_RE = re.compile(
     r"(/Users/|/home/|/root/|/tmp/|/private/|/var/|/Volumes/|/mnt/|/opt/|/srv/|/etc/"
     r"|/workspace/|[A-Za-z]:\\|[A-Za-z]:/(?!/)|\\\\[\w.-]+\\|file://)"
-)
-# openai-python 3.x (on httpx2) leaves its inner async generators unclosed after [DONE];
-# trio warns when they are collected. Ignore exactly those, and collect inside the test
-# while the filter applies (as tests/e2e/test_demo_upstream.py does).
-SDK_WARNINGS = pytest.mark.filterwarnings(
-    r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' was garbage collected"
-    ":ResourceWarning"
 )
 
 

@@ -64,7 +64,7 @@ from tests.conftest import (
     start_demo_upstream,
     start_gateway,
 )
-from tests.helpers import HOST_PATH_RE, assert_no_demo_folders, json_strings
+from tests.helpers import HOST_PATH_RE, SDK_WARNINGS, assert_no_demo_folders, json_strings
 
 RESPONSES = "/v1/responses"
 RUNS = "/v1/runs"
@@ -75,15 +75,6 @@ SCRIPTED_URL = "http://127.0.0.1:9/v1"
 LINK_RE = re.compile(re.escape(BASE) + r"/v1/artifacts/[A-Za-z0-9_-]+")
 TERMINAL = ("run.completed", "run.failed", "run.cancelled")
 LONG_TEXT = "".join(demo_long_delta(i) for i in range(200))  # demo-long's default answer
-
-# openai-python 3.x (on httpx2) leaves its inner async generators (_iter_events, the SSE
-# decoder, httpx2/httpcore2 byte iterators) unclosed when a stream ends; trio warns when
-# they are collected. That is the SDK's business, not the gateway's: ignore exactly
-# those warnings and collect garbage inside the test, while the filter still applies.
-SDK_WARNINGS = pytest.mark.filterwarnings(
-    r"ignore:Async generator '(openai|httpx2|httpcore2)\.[\w.]+' was garbage collected"
-    ":ResourceWarning"
-)
 
 
 # --------------------------------------------------------------------------- helpers
