@@ -109,6 +109,19 @@ class ArtifactService:
             p = os.path.expanduser(path)
         return p if p.startswith("/") else None
 
+    def agent_path(self, host_path: str) -> str:
+        """A host path as the agent knows it (a mount's host directory → its agent prefix)."""
+        for prefix, host in self._mounts:
+            h = str(host)
+            if host_path == h or host_path.startswith(h.rstrip("/") + "/"):
+                rest = host_path[len(h) :].lstrip("/")
+                if prefix[1:2] == ":":  # a Windows agent prefix
+                    return prefix.replace("/", "\\") + (
+                        "\\" + rest.replace("/", "\\") if rest else ""
+                    )
+                return prefix + ("/" + rest if rest else "")
+        return host_path
+
     def _denied_parts(self, parts: tuple[str, ...]) -> bool:
         low = tuple(x.lower() for x in parts)
         for pattern in self._denied:
@@ -399,3 +412,20 @@ class FileBody(ResponseBody):
         self._offset += len(data)
         self._remaining -= len(data)
         return data
+
+
+class NameOnly:
+    """The resolver that never mints: every path becomes its file name (background tasks)."""
+
+    def __init__(self, mode: str) -> None:
+        self._mode = mode
+
+    @property
+    def download_link_mode(self) -> str:
+        return self._mode
+
+    async def resolve(self, path: str) -> str | None:
+        return None
+
+    def manifest(self) -> dict[str, Any]:
+        return {"download_link_mode": self._mode, "artifacts": []}

@@ -2,8 +2,10 @@
 
 Keys are looked up by their SHA-256 digest (a dict lookup does not leak how much
 of a wrong key matched) and never logged. A ``role = "proxy"`` key may assert
-``X-Gateway-Owner`` and ``X-Gateway-Link-Mode``; a user key that sends either gets
-403 ``forbidden_assertion``.
+``X-Gateway-Owner`` (only owners inside its namespace, ``owner_prefix``, default
+``openwebui:``), ``X-Gateway-Link-Mode`` and ``X-Gateway-Links: names`` (file names
+only, no links minted: Open WebUI's background tasks); a user key that sends any of
+them gets 403 ``forbidden_assertion``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from gateway.config import KeyEntry
 from gateway.errors import AuthError, RequestError
 
 LINK_MODES = ("private", "public")
+DEFAULT_OWNER_PREFIX = "openwebui:"
 _PRINCIPAL_RE = re.compile(r"[A-Za-z0-9._:@-]{1,200}")
 
 
@@ -29,6 +32,7 @@ class Caller:
     role: str
     owner: str  # the principal that owns what this request creates / may read
     asserted_mode: str | None = None
+    names_only: bool = False  # no links: every path becomes its file name
 
 
 class HeaderLookup(Protocol):
@@ -59,29 +63,43 @@ class Authenticator:
         entry = self._by_digest.get(_digest(token.strip()))
         if entry is None:
             raise AuthError("The bearer key is not valid for this gateway.", code="invalid_api_key")
-        owner = entry.principal
         asserted_owner = headers.get("X-Gateway-Owner")
         asserted_mode = headers.get("X-Gateway-Link-Mode")
-        if asserted_owner is not None or asserted_mode is not None:
-            if entry.role != "proxy":
-                raise AuthError(
-                    "Only a proxy key may send X-Gateway-Owner or X-Gateway-Link-Mode.",
-                    code="forbidden_assertion",
-                    status=403,
-                )
-            if asserted_owner is not None:
-                if not _PRINCIPAL_RE.fullmatch(asserted_owner):
-                    raise RequestError(
-                        "X-Gateway-Owner must be 1-200 characters of A-Z a-z 0-9 . _ : @ -.",
-                        code="invalid_owner",
-                    )
-                owner = asserted_owner
-            if asserted_mode is not None and asserted_mode not in LINK_MODES:
-                raise RequestError(
-                    "X-Gateway-Link-Mode must be 'private' or 'public'.",
-                    code="invalid_download_link_mode",
-                )
-        return Caller(entry.principal, entry.role, owner, asserted_mode)
+        links = headers.get("X-Gateway-Links")
+        if asserted_owner is None and asserted_mode is None and links is None:
+            return Caller(entry.principal, entry.role, entry.principal)
+        if entry.role != "proxy":
+            raise AuthError(
+                "Only a proxy key may send X-Gateway-Owner, X-Gateway-Link-Mode or "
+                "X-Gateway-Links.",
+                code="forbidden_assertion",
+                status=403,
+            )
+        owner = entry.principal if asserted_owner is None else _owner(entry, asserted_owner)
+        if asserted_mode is not None and asserted_mode not in LINK_MODES:
+            raise RequestError(
+                "X-Gateway-Link-Mode must be 'private' or 'public'.",
+                code="invalid_download_link_mode",
+            )
+        if links not in (None, "names"):
+            raise RequestError("X-Gateway-Links must be 'names'.", code="invalid_links_header")
+        return Caller(entry.principal, entry.role, owner, asserted_mode, links == "names")
+
+
+def _owner(entry: KeyEntry, asserted: str) -> str:
+    if not _PRINCIPAL_RE.fullmatch(asserted):
+        raise RequestError(
+            "X-Gateway-Owner must be 1-200 characters of A-Z a-z 0-9 . _ : @ -.",
+            code="invalid_owner",
+        )
+    prefix = getattr(entry, "owner_prefix", None) or DEFAULT_OWNER_PREFIX
+    if not asserted.startswith(prefix) or asserted == prefix:
+        raise AuthError(
+            f"This proxy key may only act for owners named {prefix}<id>.",
+            code="forbidden_owner",
+            status=403,
+        )
+    return asserted
 
 
 def effective_link_mode(caller: Caller, body: Mapping[str, object], default: str) -> str:

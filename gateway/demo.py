@@ -112,8 +112,8 @@ def main(
 
         apps: list[tuple[Any, str, trio.Event | None]] = [
             (upstream_app, f"127.0.0.1:{upstream_port}", None),
-            (app, bind, app.gateway.draining),  # type: ignore[attr-defined]
-            (proxy_app, f"127.0.0.1:{proxy_port}", proxy_app.proxy.draining),  # type: ignore[attr-defined]
+            (app, bind, app.gateway.draining),
+            (proxy_app, f"127.0.0.1:{proxy_port}", proxy_app.proxy.draining),
         ]
         trio.run(
             lambda: run_until_signalled(

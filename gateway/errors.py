@@ -1,23 +1,51 @@
-"""The gateway's exception tree.
+"""The gateway's exception tree: one vocabulary for HTTP errors and stream endings.
 
 Every error the gateway raises on purpose derives from :class:`GatewayError` and
-carries a stable machine-readable ``code``, an HTTP ``status`` hint and one
-sentence for humans. Library errors are translated at the boundary with
-``raise ... from exc``.
+carries a stable machine-readable ``code``, an HTTP ``status`` hint and one sentence
+for humans. The same classes end streams: a relay that fails hands the error to its
+front, which writes it as the stream's terminal event (chat: a final chunk with
+``finish_reason: "error"``; Responses: ``response.failed``; runs: ``run.failed``).
+Library errors are translated at the boundary with ``raise ... from exc``.
 
     GatewayError
-    ├── ProtocolError            malformed input from a peer (status 502 if upstream)
+    ├── ProtocolError            malformed input from a peer (502: it came from upstream)
     │   └── SSEEventTooLarge     an incomplete SSE event grew past the bound
     ├── ConfigError              a bad configuration key (names the key)
     ├── RequestError             a client request we refuse (4xx)
     │   ├── AuthError            401/403
-    │   └── NotFound             404 (also used to hide other principals' objects)
-    └── UpstreamError            the upstream failed (502/504)
+    │   ├── NotFound             404 (also hides other principals' objects)
+    │   └── Gone                 410: an artifact link that can no longer be served
+    ├── UpstreamError            the upstream failed (502/504)
+    │   └── UpstreamHTTPError    it answered with an HTTP error status (its status kept)
+    ├── StoreError               the state store failed (503)
+    ├── Overloaded               the gateway is out of a resource (503: connections, files)
+    └── Interrupted              the gateway stopped the stream itself
+        ├── Draining             this instance is restarting (``gateway_draining``)
+        └── RunInterrupted       the instance running a run stopped (``run_interrupted``)
 
+Every ``code`` the code can emit is listed in ``docs/api.md`` (a test compares them).
 The messages never contain a host-local path, a bearer key or a stack trace.
 """
 
 from __future__ import annotations
+
+__all__ = [
+    "AuthError",
+    "ConfigError",
+    "Draining",
+    "GatewayError",
+    "Gone",
+    "Interrupted",
+    "NotFound",
+    "Overloaded",
+    "ProtocolError",
+    "RequestError",
+    "RunInterrupted",
+    "SSEEventTooLarge",
+    "StoreError",
+    "UpstreamError",
+    "UpstreamHTTPError",
+]
 
 
 class GatewayError(Exception):
@@ -36,7 +64,16 @@ class GatewayError(Exception):
 
     def to_dict(self) -> dict[str, object]:
         """The body of an OpenAI-style error response."""
-        return {"error": {"message": self.message, "type": self.code, "code": self.code}}
+        return {"error": self.error_object()}
+
+    def error_object(self) -> dict[str, str]:
+        """``{"message", "type", "code"}``: the ``error`` member of bodies and terminal events."""
+        return {"message": self.message, "type": self.code, "code": self.code}
+
+    @property
+    def retry_after(self) -> int | None:
+        """Seconds a client should wait before retrying (``Retry-After``), if known."""
+        return None
 
 
 class ProtocolError(GatewayError):
@@ -83,8 +120,74 @@ class NotFound(RequestError):
     status = 404
 
 
+class Gone(RequestError):
+    """The link existed but can no longer be served (expired, revoked, file changed)."""
+
+    code = "artifact_gone"
+    status = 410
+
+
 class UpstreamError(GatewayError):
     """The upstream model server failed or could not be reached."""
 
     code = "upstream_error"
     status = 502
+
+
+class UpstreamHTTPError(UpstreamError):
+    """The upstream answered with an HTTP error status."""
+
+    def __init__(
+        self, message: str, *, code: str, status: int, retry_after: int | None = None
+    ) -> None:
+        super().__init__(message, code=code, status=status)
+        self._retry_after = retry_after
+
+    @property
+    def retry_after(self) -> int | None:
+        return self._retry_after
+
+
+class StoreError(GatewayError):
+    """The state store failed (disk, lock, database down); retry later."""
+
+    code = "store_unavailable"
+    status = 503
+
+
+class Overloaded(GatewayError):
+    """The gateway ran out of a resource (connections, file descriptors); retry later."""
+
+    code = "gateway_overloaded"
+    status = 503
+
+
+class Interrupted(GatewayError):
+    """The gateway ended a stream itself, before the upstream did."""
+
+    code = "interrupted"
+    status = 503
+
+
+class Draining(Interrupted):
+    """This instance is restarting; in-flight streams end with this error."""
+
+    code = "gateway_draining"
+
+    def __init__(
+        self,
+        message: str = "The gateway is restarting; the response was cut short, please retry.",
+    ) -> None:
+        super().__init__(message)
+
+
+class RunInterrupted(Interrupted):
+    """The instance that ran a background run stopped before the run ended."""
+
+    code = "run_interrupted"
+
+    def __init__(
+        self,
+        message: str = "The gateway instance running this run stopped; the run was interrupted.",
+    ) -> None:
+        super().__init__(message)

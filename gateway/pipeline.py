@@ -1,58 +1,81 @@
-"""The one event pipeline: upstream chat-completion events → rewritten events.
+"""The one event pipeline: upstream chat-completion chunks → rewritten neutral events.
 
-Every front (chat, Responses, runs, and through runs the Open WebUI proxy) reads
-the upstream through this class, so a fix to rewriting lands everywhere at once.
+Every front (chat, Responses, runs, and through runs the Open WebUI proxy) reads the
+upstream through :class:`ChatPipeline`, so a fix to rewriting lands everywhere at once.
 
 Strategy
 --------
-The upstream speaks OpenAI chat-completion chunks. Each text *channel* (one per
-choice's ``content``, ``reasoning_content``/``reasoning``, ``refusal``, and one per
-tool call's ``arguments``) gets its own :class:`~gateway.rewrite.StreamRewriter`;
-a chunk goes out with each channel's text replaced by what the rewriter says is
-safe now. When a choice reports ``finish_reason`` its channels are flushed into
-that same chunk; at the end of the stream (``[DONE]``, EOF or failure) whatever is
-still held is flushed into one more chunk. All other strings in a chunk (and every
-string of an unknown named event such as ``hermes.tool.progress``) are scrubbed
-whole with a one-shot rewrite. The output is still chat-completion-shaped
-("neutral"); the fronts encode it for their wire format.
+One model of a chunk, with an allowlist: the pipeline reads only the fields of the
+chat-completion chunk it knows, checks every structural value by shape
+(:mod:`gateway.shapes`) and rewrites every string; the result is a list of small
+typed events (:mod:`gateway.events`). Anything else an upstream sends (unknown keys,
+wrong types, ``choices`` that is not a list, a string ``delta``) is dropped, unless the
+operator listed the key in ``[output] extra_chunk_keys`` (then its strings are
+rewritten). ``logprobs`` are dropped unless ``[output] logprobs`` is on; then each
+delta's log-probability is attached to the rewritten text (upstream's tokens, which
+can hold a path split across them, never leave).
 
-Resolution of a path into a link is async (file checks and database writes run
-in worker threads), so the pipeline awaits the resolver between rewriter calls;
-text without a path never awaits.
+Each text *channel* (a choice's ``content``, ``reasoning_content``, ``reasoning``,
+``refusal``, and each tool call's ``arguments``) has its own streaming rewriter; the
+text it says is safe goes out at once. When a choice reports ``finish_reason`` its
+channels are flushed before the :class:`~gateway.events.Finish` event; at the end of
+the stream whatever is still held comes out of :meth:`ChatPipeline.finish` (file
+names only after a failure). Every other string is rewritten whole.
+
+Resolving a path into a link is async (file checks and database writes run in
+worker threads), so the pipeline awaits the resolver between rewriter calls; text
+without a path never awaits.
 """
 
 from __future__ import annotations
 
-import json
+import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway.paths import DEFAULT_MAX_PATH_CHARS, PathDetector, PathMatch, could_contain_path
+from gateway.errors import UpstreamError
+from gateway.events import (
+    TEXT_CHANNELS,
+    Event,
+    Extra,
+    Finish,
+    Logprobs,
+    Meta,
+    Named,
+    Role,
+    Text,
+    ToolCall,
+    Usage,
+)
+from gateway.paths import DEFAULT_MAX_PATH_CHARS, PathDetector, could_contain_path
 from gateway.rewrite import Piece, StreamRewriter, render
+from gateway.shapes import (
+    FINISH_REASONS,
+    ROLES,
+    JSONTooDeep,
+    check_created,
+    check_id,
+    check_index,
+    check_name,
+    check_usage,
+    event_name,
+    identifier,
+    loads_bounded,
+    sanitize_name,
+)
 from gateway.sse import SSEEvent
 
-TEXT_KEYS = ("content", "reasoning_content", "reasoning", "refusal")
-#: structural keys whose string values are never rewritten (``model`` is not one of
-#: them: servers such as vLLM name a model by its host path by default)
-STRUCTURAL = frozenset(
-    {
-        "id",
-        "object",
-        "role",
-        "finish_reason",
-        "type",
-        "system_fingerprint",
-        "name",
-        "service_tier",
-        "call_id",
-        "status",
-    }
-)
+__all__ = ["CLIENT_KEYS", "ChatPipeline", "LinkResolver", "PipelineSettings", "Scrubber", "Step"]
 
-#: JSON numbers and booleans: never rewritten
-_NUMBER = (int, float, bool)
+MAX_CHOICES = 128
+MAX_TOOL_CALLS = 1024
+#: keys that clients act on when they appear in a chunk (Open WebUI runs an ``event`` of
+#: type ``execute`` as JavaScript): never relayed from an unknown event's data
+CLIENT_KEYS = frozenset(
+    {"event", "error", "usage", "choices", "sources", "citations", "selected_model_id", "files"}
+)
 
 
 class LinkResolver(Protocol):
@@ -66,6 +89,34 @@ class LinkResolver(Protocol):
     def manifest(self) -> dict[str, Any]: ...
 
 
+@dataclass(frozen=True)
+class PipelineSettings:
+    """What shapes a pipeline besides its resolver (built once per app)."""
+
+    detector: PathDetector = field(default_factory=lambda: PathDetector.shared())
+    extra_chunk_keys: frozenset[str] = frozenset()
+    logprobs: bool = False
+    max_json_depth: int = 64
+
+    @classmethod
+    def build(
+        cls,
+        extra_roots: Iterable[str] = (),
+        *,
+        max_path_chars: int = DEFAULT_MAX_PATH_CHARS,
+        **kw: Any,
+    ) -> PipelineSettings:
+        return cls(PathDetector.shared(tuple(extra_roots), max_path_chars), **kw)
+
+
+@dataclass
+class Step:
+    """What one upstream SSE event became; ``done`` at ``[DONE]``."""
+
+    events: list[Event]
+    done: bool = False
+
+
 @dataclass
 class PipelineStats:
     """Paths rewritten into links and into names (fed to the metrics)."""
@@ -74,275 +125,336 @@ class PipelineStats:
     names: int = 0
 
 
-@dataclass
-class Named:
-    """An unknown named upstream event, scrubbed, to relay as is."""
+class Scrubber:
+    """Rewrites whole strings and JSON values with one resolver (paths → links or names)."""
 
-    event: str
-    data: Any
+    def __init__(self, resolver: LinkResolver, settings: PipelineSettings) -> None:
+        self.resolver = resolver
+        self.settings = settings
+        self.stats = PipelineStats()
 
+    def rewriter(self) -> StreamRewriter:
+        return StreamRewriter(detector=self.settings.detector)
 
-@dataclass
-class Failure:
-    """The upstream failed; the fronts end their stream with an error terminal."""
+    async def render(self, pieces: list[Piece], *, name_only: bool = False) -> str:
+        """The text of rewriter pieces, each path resolved (or its name alone)."""
+        out: list[str] = []
+        for p in pieces:
+            if isinstance(p, str):
+                out.append(p)
+                continue
+            url = None if (name_only or p.overlong) else await self.resolver.resolve(p.path)
+            if url is None:
+                self.stats.names += 1
+            else:
+                self.stats.links += 1
+            out.append(render(p, url))
+        return "".join(out)
 
-    code: str
-    message: str
+    async def text(self, text: str, *, name_only: bool = False) -> str:
+        """One-shot rewrite of a complete string."""
+        if not could_contain_path(text):
+            return text
+        rw = self.rewriter()
+        return await self.render(rw.feed_pieces(text) + rw.flush_pieces(), name_only=name_only)
 
-
-Out = dict[str, Any] | Named
+    async def value(self, value: Any, depth: int = 0) -> Any:
+        """A JSON value with every string rewritten; keys must be identifiers."""
+        if isinstance(value, str):
+            return await self.text(value)
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        if depth >= self.settings.max_json_depth:
+            return None
+        if isinstance(value, list):
+            return [await self.value(v, depth + 1) for v in value]
+        if isinstance(value, dict):
+            return {k: await self.value(v, depth + 1) for k, v in value.items() if identifier(k)}
+        return None
 
 
 @dataclass
 class _Choice:
     channels: dict[str, StreamRewriter] = field(default_factory=dict)
     tools: dict[int, StreamRewriter] = field(default_factory=dict)
+    tool_ids: dict[int, str] = field(default_factory=dict)
     finished: bool = False
+    logprob: float = 0.0  # of text held back, attached to the next emitted text
 
 
-class ChatPipeline:
+class ChatPipeline(Scrubber):
     """Rewrites one upstream chat-completion stream (or one non-streaming body)."""
 
-    def __init__(
-        self,
-        resolver: LinkResolver,
-        *,
-        extra_roots: Iterable[str] = (),
-        max_path_chars: int = DEFAULT_MAX_PATH_CHARS,
-        enabled: bool = True,
-    ) -> None:
-        self.resolver = resolver
-        self._detector = PathDetector.shared(tuple(extra_roots), max_path_chars)
+    def __init__(self, resolver: LinkResolver, settings: PipelineSettings | None = None) -> None:
+        super().__init__(resolver, settings or PipelineSettings())
         self._choices: dict[int, _Choice] = {}
-        self._last: dict[str, Any] = {}
-        self.stats = PipelineStats()
-        self.enabled = enabled  # harness-only switch: False proves the harness catches leaks
-        self.done = False
-        self.text: dict[int, list[str]] = {}  # emitted content per choice (for terminal events)
+        self._meta_raw: tuple[object, ...] | None = None
+        self._meta_sent = False
+        self.meta = Meta(id="chatcmpl-" + secrets.token_hex(12), created=int(time.time()))
 
-    # -- rewriting helpers --------------------------------------------------------
+    # -- streaming -----------------------------------------------------------------
 
-    def _rewriter(self) -> StreamRewriter:
-        return StreamRewriter(detector=self._detector)
+    async def feed(self, events: list[SSEEvent]) -> Step:
+        """The upstream SSE events of one read → events to emit (``done`` at ``[DONE]``)."""
+        if len(events) == 1:
+            return await self.feed_event(events[0])
+        out: list[Event] = []
+        for ev in events:
+            step = await self.feed_event(ev)
+            out.extend(step.events)
+            if step.done:
+                return Step(out, done=True)
+        return Step(out)
 
-    async def _render(self, pieces: list[Piece], *, name_only: bool = False) -> str:
-        if len(pieces) == 1 and isinstance(pieces[0], str):
-            return pieces[0]  # the common case: plain text, nothing held back
-        if all(isinstance(p, str) for p in pieces):
-            return "".join(pieces)  # type: ignore[arg-type]
-        out: list[str] = []
-        for p in pieces:
-            if isinstance(p, str):
-                out.append(p)
-            else:
-                url = None if (name_only or p.overlong) else await self._url(p)
-                if url is None:
-                    self.stats.names += 1
-                else:
-                    self.stats.links += 1
-                out.append(render(p, url))
-        return "".join(out)
+    async def feed_event(self, ev: SSEEvent) -> Step:
+        """One upstream SSE event → events to emit (``done`` at ``[DONE]``).
 
-    async def _url(self, match: PathMatch) -> str | None:
-        return await self.resolver.resolve(match.path)
-
-    async def scrub_text(self, text: str) -> str:
-        """One-shot rewrite of a complete string."""
-        if not self.enabled or not could_contain_path(text):
-            return text
-        rw = self._rewriter()
-        return await self._render(rw.feed_pieces(text) + rw.flush_pieces())
-
-    async def scrub(self, value: Any, key: str = "", *, keep: frozenset[str] = STRUCTURAL) -> Any:
-        """Rewrite every string inside a JSON value except those under ``keep`` keys."""
-        if isinstance(value, str):
-            return value if key in keep else await self.scrub_text(value)
-        if isinstance(value, list):
-            return [await self.scrub(v, key, keep=keep) for v in value]
-        if isinstance(value, dict):
-            return {k: await self.scrub(v, k, keep=keep) for k, v in value.items()}
-        return value
-
-    async def _feed(self, rw: StreamRewriter, text: str) -> str:
-        if not self.enabled:
-            return text
-        return await self._render(rw.feed_pieces(text))
-
-    # -- streaming ---------------------------------------------------------------
-
-    async def feed_event(self, ev: SSEEvent) -> list[Out] | Failure | None:
-        """One upstream SSE event → chunks to emit; ``None`` at ``[DONE]``."""
+        Raises :class:`UpstreamError` when the upstream reports an error or sends an
+        event that is not a JSON object.
+        """
         data = ev.data
-        if data.strip() == "[DONE]":
-            return None
+        if data == "[DONE]" or data.strip() == "[DONE]":
+            return Step([], done=True)
         try:
-            obj = json.loads(data)
+            obj = loads_bounded(data, self.settings.max_json_depth)
+        except JSONTooDeep:
+            raise UpstreamError(
+                "The upstream model server sent an event nested too deeply.",
+                code="upstream_bad_response",
+            ) from None
         except ValueError:
             obj = None
-        if ev.event not in ("message", ""):
-            # an unknown event has no structure we know: every string is scrubbed
-            scrubbed = await self.scrub(obj if obj is not None else data, keep=frozenset())
-            return [Named(ev.event, scrubbed)]
+        name = ev.event
+        if name == "error" or (isinstance(obj, dict) and obj.get("error")):
+            raise await self._upstream_error(obj)
+        if name not in ("message", ""):
+            return Step(await self._named(name, obj if obj is not None else data))
         if not isinstance(obj, dict):
-            return Failure(
-                "upstream_bad_response",
+            raise UpstreamError(
                 "The upstream model server sent an event that is not a JSON object.",
+                code="upstream_bad_response",
             )
-        if obj.get("error"):
-            err = obj["error"]
-            msg = err.get("message") if isinstance(err, dict) else str(err)
-            text = await self.scrub_text(str(msg or "upstream error"))
-            return Failure("upstream_error", text[:500])
-        return [await self.rewrite_chunk(obj)]
+        return Step(await self.chunk(obj))
 
-    async def rewrite_chunk(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Rewrite one ``chat.completion.chunk`` in place and return it."""
-        last: dict[str, Any] = {}
-        for k in ("id", "created", "model"):
-            if k in obj:
-                last[k] = obj[k]
-        self._last = last
+    async def _upstream_error(self, obj: Any) -> UpstreamError:
+        err = obj.get("error") if isinstance(obj, dict) else obj
+        msg = err.get("message") if isinstance(err, dict) else err
+        text = await self.text(str(msg or "upstream error")[:500], name_only=True)
+        return UpstreamError(
+            f"The upstream model server reported an error: {text}", code="upstream_error"
+        )
+
+    async def _named(self, name: str, data: Any) -> list[Event]:
+        checked = event_name(name)
+        if checked is None:
+            return []  # a name we cannot vouch for is not relayed
+        if not isinstance(data, dict):
+            data = {"data": data}
+        clean = {k: v for k, v in data.items() if k not in CLIENT_KEYS}
+        return [Named(checked, await self.value(clean))]
+
+    async def chunk(self, obj: dict[str, Any]) -> list[Event]:
+        """One ``chat.completion.chunk`` object → events."""
+        events: list[Event] = []
+        await self._meta(obj, events)
         choices = obj.get("choices")
-        for key, value in list(obj.items()):
-            if key != "choices" and key not in STRUCTURAL and not isinstance(value, _NUMBER):
-                obj[key] = await self.scrub(value, key)
-        if not isinstance(choices, list):
-            return obj
-        for choice in choices:
-            if not isinstance(choice, dict):
-                continue
-            idx = choice.get("index", 0)
-            idx = idx if isinstance(idx, int) else 0
-            state = self._choices.get(idx)
-            if state is None:
-                state = self._choices[idx] = _Choice()
-            delta = choice.get("delta")
-            if isinstance(delta, dict):
-                await self._rewrite_delta(idx, state, delta)
-            for key, value in list(choice.items()):
-                if key not in ("delta", "index", "finish_reason") and value is not None:
-                    choice[key] = await self.scrub(value, key)
-            if choice.get("finish_reason") is not None and not state.finished:
-                if not isinstance(delta, dict):
-                    delta = choice["delta"] = {}
-                await self._flush_choice(idx, state, delta, name_only=False)
-        return obj
+        if isinstance(choices, list):
+            for choice in choices:
+                if isinstance(choice, dict):
+                    await self._choice(choice, events)
+        usage = check_usage(obj.get("usage"))
+        if usage is not None:
+            events.append(Usage(usage))
+        if self.settings.extra_chunk_keys:
+            extra = {k: obj[k] for k in self.settings.extra_chunk_keys if k in obj}
+            if extra:
+                events.append(Extra(await self.value(extra)))
+        return events
 
-    async def _rewrite_delta(self, idx: int, state: _Choice, delta: dict[str, Any]) -> None:
-        for key in list(delta):
-            value = delta[key]
-            if key in TEXT_KEYS and isinstance(value, str):
-                rw = state.channels.get(key)
-                if rw is None:
-                    rw = state.channels[key] = self._rewriter()
-                out = await self._feed(rw, value)
-                delta[key] = out
-                if key == "content":
-                    texts = self.text.get(idx)
-                    if texts is None:
-                        texts = self.text[idx] = []
-                    texts.append(out)
-            elif key == "tool_calls" and isinstance(value, list):
-                for call in value:
-                    if not isinstance(call, dict):
-                        continue
-                    fn = call.get("function")
-                    tidx = call.get("index", 0)
-                    tidx = tidx if isinstance(tidx, int) else 0
-                    if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
-                        rw = state.tools.get(tidx)
-                        if rw is None:
-                            rw = state.tools[tidx] = self._rewriter()
-                        fn["arguments"] = await self._feed(rw, fn["arguments"])
-            elif key == "function_call" and isinstance(value, dict):
-                if isinstance(value.get("arguments"), str):
-                    rw = state.tools.get(-1)
-                    if rw is None:
-                        rw = state.tools[-1] = self._rewriter()
-                    value["arguments"] = await self._feed(rw, value["arguments"])
-            elif key != "role" and value is not None:
-                delta[key] = await self.scrub(value, key)
+    async def _meta(self, obj: dict[str, Any], events: list[Event]) -> None:
+        raw = (obj.get("id"), obj.get("created"), obj.get("model"), obj.get("system_fingerprint"))
+        if raw == self._meta_raw:
+            return
+        self._meta_raw = raw
+        old = self.meta
+        model = raw[2]
+        meta = Meta(
+            id=check_id(raw[0]) or old.id,
+            created=check_created(raw[1]) or old.created,
+            model=await self.text(model, name_only=True) if isinstance(model, str) else old.model,
+            system_fingerprint=check_id(raw[3]),
+        )
+        if meta != old or not self._meta_sent:
+            self.meta = meta
+            self._meta_sent = True
+            events.append(meta)
+
+    def _state(self, idx: int) -> _Choice:
+        state = self._choices.get(idx)
+        if state is None:
+            state = self._choices[idx] = _Choice()
+        return state
+
+    async def _choice(self, choice: dict[str, Any], events: list[Event]) -> None:
+        idx = check_index(choice.get("index", 0), MAX_CHOICES)
+        if idx is None:
+            return
+        state = self._state(idx)
+        if state.finished:
+            return  # nothing of a finished choice is relayed again
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            lp = self._logprob(choice.get("logprobs")) if self.settings.logprobs else None
+            await self._delta(idx, state, delta, lp, events)
+        reason = choice.get("finish_reason")
+        if reason is not None:
+            await self._flush_choice(idx, state, events, name_only=False)
+            events.append(Finish(idx, reason if reason in FINISH_REASONS else "stop"))
+
+    @staticmethod
+    def _logprob(value: Any) -> float | None:
+        entries = value.get("content") if isinstance(value, dict) else None
+        if not isinstance(entries, list):
+            return None
+        total = 0.0
+        for e in entries:
+            lp = e.get("logprob") if isinstance(e, dict) else None
+            if isinstance(lp, int | float) and not isinstance(lp, bool) and lp <= 0:
+                total += lp
+        return total
+
+    async def _delta(
+        self,
+        idx: int,
+        state: _Choice,
+        delta: dict[str, Any],
+        logprob: float | None,
+        events: list[Event],
+    ) -> None:
+        role = delta.get("role")
+        if role in ROLES:
+            events.append(Role(idx, role))
+        for channel in TEXT_CHANNELS:
+            value = delta.get(channel)
+            if isinstance(value, str) and value:
+                text = await self._feed_text(state, channel, value)
+                if channel == "content" and logprob is not None:
+                    state.logprob += logprob
+                if text:
+                    events.append(Text(idx, channel, text))
+                    if channel == "content" and logprob is not None:
+                        events.append(Logprobs(idx, text, state.logprob))
+                        state.logprob = 0.0
+        calls = delta.get("tool_calls")
+        if isinstance(calls, list):
+            for call in calls:
+                if isinstance(call, dict):
+                    await self._tool_call(idx, state, call, events)
+        legacy = delta.get("function_call")
+        if isinstance(legacy, dict):
+            await self._tool_call(idx, state, legacy, events, legacy=True)
+
+    async def _feed_text(self, state: _Choice, channel: str, value: str) -> str:
+        rw = state.channels.get(channel)
+        if rw is None:
+            rw = state.channels[channel] = self.rewriter()
+        pieces = rw.feed_pieces(value)
+        if len(pieces) == 1 and isinstance(pieces[0], str):
+            return pieces[0]  # the common case: plain text, nothing held back
+        return await self.render(pieces)
+
+    async def _tool_call(
+        self,
+        idx: int,
+        state: _Choice,
+        call: dict[str, Any],
+        events: list[Event],
+        *,
+        legacy: bool = False,
+    ) -> None:
+        fn = call if legacy else call.get("function")
+        fn = fn if isinstance(fn, dict) else {}
+        tidx = -1 if legacy else check_index(call.get("index", 0), MAX_TOOL_CALLS)
+        if tidx is None:
+            return
+        first = tidx not in state.tools
+        rw = state.tools.get(tidx)
+        if rw is None:
+            rw = state.tools[tidx] = self.rewriter()
+        args = fn.get("arguments")
+        text = ""
+        if isinstance(args, str) and args:
+            pieces = rw.feed_pieces(args)
+            text = await self.render(pieces)
+        call_id = name = None
+        if first:
+            call_id = check_id(call.get("id")) or "call_" + secrets.token_hex(12)
+            state.tool_ids[tidx] = call_id
+            name = await self._tool_name(fn.get("name"))
+        if first or text:
+            events.append(ToolCall(idx, tidx, text, call_id, name, legacy))
+
+    async def _tool_name(self, value: object) -> str:
+        name = check_name(value)
+        if name is not None:
+            return name
+        if not isinstance(value, str) or not value:
+            return "tool"
+        return sanitize_name(await self.text(value, name_only=True))
 
     async def _flush_choice(
-        self, idx: int, state: _Choice, delta: dict[str, Any], *, name_only: bool
+        self, idx: int, state: _Choice, events: list[Event], *, name_only: bool
     ) -> None:
         state.finished = True
-        for key, rw in state.channels.items():
-            rest = await self._render(rw.flush_pieces(), name_only=name_only)
+        for channel, rw in state.channels.items():
+            rest = await self.render(rw.flush_pieces(), name_only=name_only)
             if rest:
-                prev = delta.get(key)
-                delta[key] = (prev if isinstance(prev, str) else "") + rest
-                if key == "content":
-                    self.text.setdefault(idx, []).append(rest)
+                events.append(Text(idx, channel, rest))
+                if channel == "content" and self.settings.logprobs:
+                    events.append(Logprobs(idx, rest, state.logprob))
         for tidx, rw in state.tools.items():
-            rest = await self._render(rw.flush_pieces(), name_only=name_only)
-            if not rest:
-                continue
-            if tidx == -1:
-                fc = delta.setdefault("function_call", {})
-                fc["arguments"] = (fc.get("arguments") or "") + rest
-                continue
-            calls = delta.get("tool_calls")
-            if not isinstance(calls, list):
-                calls = delta["tool_calls"] = []
-            for call in calls:
-                if isinstance(call, dict) and call.get("index", 0) == tidx:
-                    fn = call.setdefault("function", {})
-                    fn["arguments"] = (fn.get("arguments") or "") + rest
-                    break
-            else:
-                calls.append({"index": tidx, "function": {"arguments": rest}})
+            rest = await self.render(rw.flush_pieces(), name_only=name_only)
+            if rest:
+                events.append(ToolCall(idx, tidx, rest, legacy=tidx == -1))
 
     @property
     def held_chars(self) -> int:
-        held = 0
-        for st in self._choices.values():
-            for rw in st.channels.values():
-                held += rw.held_chars
-            for rw in st.tools.values():
-                held += rw.held_chars
-        return held
+        return sum(
+            rw.held_chars
+            for st in self._choices.values()
+            for rw in (*st.channels.values(), *st.tools.values())
+        )
 
-    def make_chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "id": self._last.get("id", "chatcmpl-gateway"),
-            "object": "chat.completion.chunk",
-            "created": self._last.get("created", int(time.time())),
-            "model": self._last.get("model", ""),
-            "choices": choices,
-        }
-
-    async def finish(self, *, failed: bool = False) -> list[dict[str, Any]]:
-        """End of stream: flush every unfinished choice into one more chunk.
+    async def finish(self, *, failed: bool = False) -> list[Event]:
+        """End of stream: what every unfinished choice still holds.
 
         After a failure held text goes out as file names only (nothing is resolved).
         """
-        self.done = True
-        choices: list[dict[str, Any]] = []
+        events: list[Event] = []
         for idx, state in sorted(self._choices.items()):
-            if state.finished:
-                continue
-            delta: dict[str, Any] = {}
-            await self._flush_choice(idx, state, delta, name_only=failed)
-            if delta or not failed:
-                choices.append({"index": idx, "delta": delta, "finish_reason": None})
-        return [self.make_chunk(choices)] if choices else []
+            if not state.finished:
+                await self._flush_choice(idx, state, events, name_only=failed)
+        return events
 
-    def content(self, idx: int = 0) -> str:
-        """The rewritten content emitted so far for one choice."""
-        return "".join(self.text.get(idx, ()))
+    def manifest(self) -> dict[str, Any]:
+        return self.resolver.manifest()
+
+    def choices_seen(self) -> list[int]:
+        return sorted(self._choices) or [0]
 
     # -- non-streaming -------------------------------------------------------------
 
-    async def rewrite_completion(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Rewrite a whole ``chat.completion`` object (every string, paths → links)."""
-        out: dict[str, Any] = await self.scrub(body)
-        choices = out.get("choices")
-        if isinstance(choices, list):
-            for ch in choices:
-                msg = ch.get("message") if isinstance(ch, dict) else None
-                if isinstance(msg, dict) and isinstance(msg.get("content"), str):
-                    idx = ch.get("index", 0)
-                    self.text[idx if isinstance(idx, int) else 0] = [msg["content"]]
-        self.done = True
-        return out
+    async def completion(self, body: dict[str, Any]) -> list[Event]:
+        """A whole ``chat.completion`` object → the events of the same answer streamed."""
+        events: list[Event] = []
+        await self._meta(body, events)
+        choices = body.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
+            if isinstance(choice, dict) and isinstance(choice.get("message"), dict):
+                as_delta = {**choice, "delta": choice["message"]}
+                as_delta.setdefault("finish_reason", "stop")
+                await self._choice(as_delta, events)
+        usage = check_usage(body.get("usage"))
+        if usage is not None:
+            events.append(Usage(usage))
+        return events

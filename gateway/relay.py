@@ -1,27 +1,33 @@
-"""Trio glue: relay one upstream SSE response through the pipeline to a sink.
+"""The one relay: a source, a stage, a front; every stream of both services runs through it.
 
-``relay(...)`` is an async context manager; ``async with relay(...) as chunks:
-async for data in chunks`` (that is how Quart sends a response body, see
-:class:`gateway.app.ChannelBody`). Entering it opens a nursery in the task that sends
-the body (see STACK-NOTES: never yield from inside a nursery in a plain body
-generator; a context manager entered and exited by the sending task is safe). Inside:
+``async with Relay(source, stage, front, opts) as outputs: async for out in outputs``
+is how a response body is sent (Quart sends a body as ``async with body as it: async
+for chunk in it``, see :class:`gateway.web.ChannelBody`) and how a background run is
+journaled. The parts:
 
-* one producer task reads the upstream bytes, decodes them, feeds every complete
-  event to the pipeline and puts **one** encoded write per upstream read into a
-  small memory channel (batching is what keeps the cost per event low; the cost is
-  per send, not per byte);
-* the consumer side (the body iterator, in the sending task) takes the writes out;
-  when the client is slower than the upstream, the writes already waiting are
-  joined into one (never waiting for more, so nothing is delayed). It waits with a
-  deadline (never holding a cancel scope across a yield) and writes a keep-alive
-  comment when the upstream has sent nothing for ``keepalive_seconds``;
-* an optional drain watcher, and the consumer's idle check, ask the producer to
-  stop: a pending upstream read is cancelled at once (the upstream is abandoned
-  anyway), pipeline work under way is never interrupted.
+* a **source** yields what one read brought (:mod:`gateway.sources`: the upstream's
+  SSE events, a run's journal, the gateway's run events seen from the proxy), ``None``
+  at its end, or raises a :class:`~gateway.errors.GatewayError`;
+* a **stage** turns items into neutral events (:class:`gateway.pipeline.ChatPipeline`)
+  and says when the stream is done; at the end the relay calls its ``finish()`` and
+  ``manifest()`` itself;
+* a **front** is a synchronous encoder (:mod:`gateway.fronts`): ``start``,
+  ``encode(events)``, ``keepalive``, and exactly one terminal call, ``end``, ``fail``
+  or ``cancel``, whose output is the stream's last write.
 
-Every exit path ends with a terminal write from the sink: normal end, upstream
-failure, idle timeout, oversized event, drain. Client disconnect cancels the
-nursery; the upstream response is closed at once.
+Entering the relay opens a nursery in the task that consumes it (see STACK-NOTES:
+never yield from inside a nursery in a body generator; a context manager entered and
+exited by the sending task is safe). One producer task reads, feeds the stage, encodes
+and queues the output without a checkpoint while there is room (``send_nowait``), so
+everything that arrived in one socket read leaves in one write; the consumer joins
+what is already queued and never waits for more, so nothing is delayed. The consumer
+waits with a deadline (never holding a cancel scope across a yield) and writes a
+keep-alive only after ``keepalive_seconds`` of real silence; silence longer than
+``idle_timeout_seconds`` (``first_byte_seconds`` before the first item) ends the stream
+with ``upstream_timeout``. A drain, an idle timeout or :meth:`Relay.stop` cancels a
+pending read at once; stage work under way is never interrupted. Every exit path
+writes a terminal output; the consumer leaving (client gone) cancels the producer and
+closes the source.
 """
 
 from __future__ import annotations
@@ -29,73 +35,275 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
-import httpx
 import trio
 
-from gateway.errors import SSEEventTooLarge, UpstreamError
-from gateway.pipeline import ChatPipeline, Failure, Out
-from gateway.sse import SSEDecoder
-from gateway.upstream import translate
+from gateway.errors import Draining, GatewayError, UpstreamError
+
+__all__ = ["CANCELLED", "Front", "Relay", "RelayOptions", "Source", "Stage", "StageStep"]
+
+In = TypeVar("In")
+Ev = TypeVar("Ev")
+Out = TypeVar("Out")
+In_co = TypeVar("In_co", covariant=True)
+In_contra = TypeVar("In_contra", contravariant=True)
+Out_co = TypeVar("Out_co", covariant=True)
 
 
-class Sink(Protocol):
-    """Encodes pipeline output for one wire format (chat, Responses, runs...)."""
+class Source(Protocol[In_co]):
+    async def read(self) -> In_co | None: ...
 
-    def start(self) -> bytes: ...
+    async def aclose(self) -> None: ...
 
-    def batch(self, outs: list[Out]) -> bytes: ...
 
-    def keepalive(self) -> bytes: ...
+class StageStep(Protocol[Ev]):
+    @property
+    def events(self) -> list[Ev]: ...
 
-    async def end(self, pipeline: ChatPipeline) -> bytes: ...
+    @property
+    def done(self) -> bool: ...
 
-    async def fail(self, pipeline: ChatPipeline, code: str, message: str) -> bytes: ...
+
+class Stage(Protocol[In_contra, Ev]):
+    async def feed(self, item: In_contra) -> StageStep[Ev]: ...
+
+    async def finish(self, *, failed: bool = False) -> list[Ev]: ...
+
+    def manifest(self) -> dict[str, Any]: ...
+
+
+class Front(Protocol[Ev, Out_co]):
+    def start(self) -> Out_co: ...
+
+    def keepalive(self) -> Out_co: ...
+
+    def encode(self, events: list[Ev]) -> Out_co: ...
+
+    def end(self, events: list[Ev], manifest: dict[str, Any]) -> Out_co: ...
+
+    def fail(self, events: list[Ev], error: GatewayError, manifest: dict[str, Any]) -> Out_co: ...
+
+
+#: the stop reason of :meth:`Relay.stop` without an error: end with the front's ``cancel``
+CANCELLED = None
+
+Outcome = GatewayError | None | str  # an error, CANCELLED, or "completed"
+OnOutcome = Callable[[Outcome], Awaitable[None]]
 
 
 @dataclass(frozen=True)
 class RelayOptions:
     keepalive_seconds: float = 15.0
     idle_timeout_seconds: float = 300.0
-    max_event_bytes: int = 1 << 20
+    #: silence allowed before the first item (the upstream's first byte)
+    first_byte_seconds: float | None = None
     draining: trio.Event | None = None
-    #: told the characters held by the rewriters after each batch (0 at the end)
+    #: told the characters held by the stage after each batch (0 at the end)
     on_held: Callable[[int], None] | None = None
+    #: awaited with the outcome after the terminal output is encoded, before it is sent
+    on_outcome: OnOutcome | None = None
+    #: joins outputs that are queued together (bytes by default)
+    join: Callable[[list[Any]], Any] = field(default=b"".join)
 
 
-#: encoded writes the producer may run ahead of the client (backpressure beyond it)
+#: outputs the producer may run ahead of the consumer (backpressure beyond it)
 OUT_BUFFER = 16
 
-_IDLE = ("upstream_timeout", "The upstream model server sent nothing for too long.")
-_DRAINING = (
-    "gateway_draining",
-    "The gateway is restarting; the response was cut short, please retry.",
-)
+
+def _timeout() -> UpstreamError:
+    return UpstreamError(
+        "The upstream model server sent nothing for too long.", code="upstream_timeout", status=504
+    )
 
 
-async def close_quietly(resp: httpx.Response, limit_seconds: float = 2.0) -> None:
-    """Close an upstream response even while being cancelled (bounded)."""
-    with trio.move_on_after(limit_seconds) as scope:
-        scope.shield = True
-        with contextlib.suppress(Exception):
-            await resp.aclose()
+class Relay(Generic[In, Ev, Out]):
+    """One relayed stream: an async context manager whose value iterates the outputs."""
 
+    def __init__(
+        self,
+        source: Source[In],
+        stage: Stage[In, Ev],
+        front: Front[Ev, Out],
+        opts: RelayOptions | None = None,
+    ) -> None:
+        self._source = source
+        self._stage = stage
+        self._front = front
+        self._opts = opts or RelayOptions()
+        self._send, self._recv = trio.open_memory_channel[Out](OUT_BUFFER)
+        self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._nursery: trio.Nursery | None = None
+        self._read_scope: trio.CancelScope | None = None
+        self._stop: tuple[GatewayError | None] | None = None
+        self._last_data = 0.0
+        self._last_tick = 0.0
+        self._got_data = False
+        self.outcome: Outcome | None = None
 
-async def _abandon(chunks: AsyncIterator[bytes]) -> None:
-    """Finish the upstream byte iterator the way a cancelled read does.
+    # -- context manager (runs in the consuming task) ------------------------------
 
-    httpx's iterator is a chain of async generators; one left suspended is finalized
-    by the garbage collector with a ResourceWarning. A read in a cancelled scope
-    ends them all (data already buffered comes back without a checkpoint first).
-    """
-    with trio.CancelScope() as scope:
-        scope.cancel()
-        with contextlib.suppress(Exception):
-            while True:
-                await chunks.__anext__()
+    async def __aenter__(self) -> Relay[In, Ev, Out]:
+        self._last_data = self._last_tick = trio.current_time()
+        self._nursery_cm = trio.open_nursery()
+        nursery = self._nursery = await self._nursery_cm.__aenter__()
+        nursery.start_soon(self._produce)
+        if self._opts.draining is not None:
+            nursery.start_soon(self._watch_drain, self._opts.draining)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        assert self._nursery is not None and self._nursery_cm is not None
+        try:
+            self._nursery.cancel_scope.cancel()  # the consumer is done: abandon the rest
+            try:
+                return bool(await self._nursery_cm.__aexit__(exc_type, exc, tb))
+            except BaseExceptionGroup as eg:
+                _raise_single(eg)
+                raise  # pragma: no cover - _raise_single always raises
+        finally:
+            self._recv.close()
+            if self._opts.on_held is not None:
+                self._opts.on_held(0)
+            with trio.CancelScope(shield=True):
+                await self._source.aclose()
+
+    # -- consumer ------------------------------------------------------------------
+
+    def __aiter__(self) -> Relay[In, Ev, Out]:
+        return self
+
+    async def __anext__(self) -> Out:
+        recv = self._recv
+        while True:
+            try:
+                first = recv.receive_nowait()
+            except trio.WouldBlock:
+                got = await self._wait(recv)
+                if got is None:
+                    continue
+                first = got[0]
+            except trio.EndOfChannel:
+                raise StopAsyncIteration from None
+            parts: list[Out] | None = None
+            while True:  # outputs already queued go out together (never wait for more)
+                try:
+                    more = recv.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+                if parts is None:
+                    parts = [first]
+                parts.append(more)
+            if parts is None:
+                return first
+            joined: Out = self._opts.join(parts)
+            return joined
+
+    async def _wait(self, recv: trio.MemoryReceiveChannel[Out]) -> tuple[Out] | None:
+        """Wait for the next output; on real silence, a keep-alive (or None to loop)."""
+        keepalive = self._opts.keepalive_seconds
+        with trio.move_on_at(max(self._last_data, self._last_tick) + keepalive):
+            try:
+                return (await recv.receive(),)
+            except trio.EndOfChannel:
+                raise StopAsyncIteration from None
+        now = trio.current_time()
+        if max(self._last_data, self._last_tick) + keepalive > now:
+            return None  # data arrived meanwhile: keep waiting
+        self._last_tick = now
+        limit = self._opts.idle_timeout_seconds
+        if not self._got_data and self._opts.first_byte_seconds is not None:
+            limit = self._opts.first_byte_seconds
+        if now - self._last_data >= limit:
+            self.stop(_timeout())
+            return None
+        ping = self._front.keepalive()
+        return (ping,) if ping else None
+
+    def stop(self, reason: GatewayError | None = CANCELLED) -> None:
+        """End the stream early: with ``reason`` (``fail``), or :data:`CANCELLED` (``cancel``)."""
+        if self._stop is None:
+            self._stop = (reason,)
+        if self._read_scope is not None:
+            self._read_scope.cancel()
+
+    async def _watch_drain(self, draining: trio.Event) -> None:
+        await draining.wait()
+        self.stop(Draining())
+
+    # -- producer ------------------------------------------------------------------
+
+    async def _push(self, out: Out) -> None:
+        if not out:
+            return
+        try:
+            self._send.send_nowait(out)
+        except trio.WouldBlock:
+            await self._send.send(out)
+
+    async def _produce(self) -> None:
+        with self._send:
+            try:
+                await self._push(self._front.start())
+                await self._loop()
+            except GatewayError as exc:
+                await self._terminal(exc)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # the consumer left
+
+    async def _loop(self) -> None:
+        stage, front, on_held = self._stage, self._front, self._opts.on_held
+        while True:
+            if self._stop is not None:
+                await self._terminal(self._stop[0])
+                return
+            with trio.CancelScope() as scope:
+                self._read_scope = scope
+                item = await self._source.read()
+            self._read_scope = None
+            if scope.cancelled_caught:
+                continue  # stop() cancelled the read: the loop ends the stream
+            if item is None:
+                await self._terminal("completed")
+                return
+            self._last_data = trio.current_time()
+            self._got_data = True
+            step = await stage.feed(item)
+            if on_held is not None:
+                on_held(getattr(stage, "held_chars", 0))
+            if step.events:
+                await self._push(front.encode(step.events))
+            if step.done:
+                await self._terminal("completed")
+                return
+
+    async def _terminal(self, outcome: Outcome) -> None:
+        """Flush the stage and write the front's terminal output (once)."""
+        if self.outcome is not None:
+            return
+        self.outcome = outcome
+        stage, front = self._stage, self._front
+        failed = outcome != "completed"
+        events = await stage.finish(failed=failed)
+        manifest = stage.manifest()
+        if outcome == "completed":
+            out = front.end(events, manifest)
+        elif isinstance(outcome, GatewayError):
+            out = front.fail(events, outcome, manifest)
+        else:
+            cancel = getattr(front, "cancel", None)
+            out = cancel(events, manifest) if cancel is not None else front.end(events, manifest)
+        if self._opts.on_outcome is not None:
+            await self._opts.on_outcome(outcome)
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await self._push(out)
 
 
 def _raise_single(eg: BaseExceptionGroup[BaseException]) -> None:
@@ -120,218 +328,7 @@ def _raise_single(eg: BaseExceptionGroup[BaseException]) -> None:
         del exc, context
 
 
-class Relay:
-    """One relayed response: an async context manager whose value iterates the writes."""
-
-    def __init__(
-        self, resp: httpx.Response, pipeline: ChatPipeline, sink: Sink, opts: RelayOptions
-    ) -> None:
-        self._resp = resp
-        self._pipeline = pipeline
-        self._sink = sink
-        self._opts = opts
-        self._send, self._recv = trio.open_memory_channel[bytes](OUT_BUFFER)
-        self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
-        self._nursery: trio.Nursery | None = None
-        #: the cancel scope of the upstream read under way (None while not reading)
-        self._read_scope: trio.CancelScope | None = None
-        #: why the producer must stop early (idle timeout, drain), once asked
-        self._stop: tuple[str, str] | None = None
-        self._last_data = 0.0  # trio time of the last upstream bytes
-        self._last_tick = 0.0  # trio time the consumer last started a keep-alive period
-
-    # -- context manager (runs in the task that sends the body) -----------------------
-
-    async def __aenter__(self) -> Relay:
-        self._last_data = self._last_tick = trio.current_time()
-        self._nursery_cm = trio.open_nursery()
-        nursery = self._nursery = await self._nursery_cm.__aenter__()
-        nursery.start_soon(self._produce)
-        if self._opts.draining is not None:
-            nursery.start_soon(self._watch_drain, self._opts.draining)
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        assert self._nursery is not None and self._nursery_cm is not None
-        try:
-            # the consumer is done (the stream ended, the client left, or an error):
-            # whatever still runs in the nursery is abandoned
-            self._nursery.cancel_scope.cancel()
-            try:
-                return bool(await self._nursery_cm.__aexit__(exc_type, exc, tb))
-            except BaseExceptionGroup as eg:
-                _raise_single(eg)
-                raise  # pragma: no cover - _raise_single always raises
-        finally:
-            self._recv.close()
-            if self._opts.on_held is not None:
-                self._opts.on_held(0)
-            await close_quietly(self._resp)
-
-    # -- consumer --------------------------------------------------------------------
-
-    def __aiter__(self) -> Relay:
-        return self
-
-    async def __anext__(self) -> bytes:
-        recv = self._recv
-        keepalive = self._opts.keepalive_seconds
-        while True:
-            try:
-                data = recv.receive_nowait()
-            except trio.WouldBlock:
-                got = False
-                with trio.move_on_at(max(self._last_data, self._last_tick) + keepalive):
-                    try:
-                        data = await recv.receive()
-                    except trio.EndOfChannel:
-                        raise StopAsyncIteration from None
-                    got = True
-                if not got:
-                    now = trio.current_time()
-                    if max(self._last_data, self._last_tick) + keepalive > now:
-                        continue  # the upstream sent something meanwhile (nothing to write)
-                    self._last_tick = now
-                    if now - self._last_data >= self._opts.idle_timeout_seconds:
-                        self._request_stop(_IDLE)
-                        continue
-                    ping = self._sink.keepalive()
-                    if ping:
-                        return ping
-                    continue
-            except trio.EndOfChannel:
-                raise StopAsyncIteration from None
-            # writes that are already waiting go out together (never wait for more)
-            parts: list[bytes] | None = None
-            while True:
-                try:
-                    more = recv.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
-                if parts is None:
-                    parts = [data]
-                parts.append(more)
-            return data if parts is None else b"".join(parts)
-
-    def _request_stop(self, reason: tuple[str, str]) -> None:
-        if self._stop is None:
-            self._stop = reason
-        if self._read_scope is not None:
-            self._read_scope.cancel()
-
-    async def _watch_drain(self, draining: trio.Event) -> None:
-        await draining.wait()
-        self._request_stop(_DRAINING)
-
-    # -- producer --------------------------------------------------------------------
-
-    async def _produce(self) -> None:
-        pipeline, sink, opts = self._pipeline, self._sink, self._opts
-        on_held = opts.on_held
-        decoder = SSEDecoder(max_event_bytes=opts.max_event_bytes)
-        send = self._send
-        chunks = self._resp.aiter_bytes()
-        with send:
-            try:
-                first = sink.start()
-                if first:
-                    await send.send(first)
-                while True:
-                    if self._stop is not None:
-                        await self._send_final(await sink.fail(pipeline, *self._stop))
-                        return
-                    chunk: bytes | None = b""
-                    failed: UpstreamError | None = None
-                    with trio.CancelScope() as scope:
-                        self._read_scope = scope  # _request_stop cancels a pending read
-                        try:
-                            chunk = await chunks.__anext__()
-                        except StopAsyncIteration:
-                            chunk = None
-                        except Exception as exc:
-                            failed = translate(exc)
-                    self._read_scope = None
-                    if chunk is None:
-                        await self._send_final(await sink.end(pipeline))
-                        return
-                    if failed is not None:
-                        await self._send_final(
-                            await sink.fail(pipeline, failed.code, failed.message)
-                        )
-                        return
-                    if not chunk:
-                        continue  # an empty read, or one cancelled by _request_stop
-                    self._last_data = trio.current_time()
-                    try:
-                        events = decoder.feed(chunk)
-                    except SSEEventTooLarge as exc:
-                        await self._send_final(await sink.fail(pipeline, exc.code, exc.message))
-                        return
-                    outs: list[Out] = []
-                    ending: Failure | bool | None = False
-                    for ev in events:
-                        res = await pipeline.feed_event(ev)
-                        if res is None or isinstance(res, Failure):
-                            ending = res
-                            break
-                        outs.extend(res)
-                    if on_held is not None:
-                        on_held(pipeline.held_chars)
-                    if outs:
-                        data = sink.batch(outs)
-                        if data:
-                            await send.send(data)
-                    if ending is None:
-                        await self._send_final(await sink.end(pipeline))
-                        return
-                    if isinstance(ending, Failure):
-                        await self._send_final(
-                            await sink.fail(pipeline, ending.code, ending.message)
-                        )
-                        return
-            finally:
-                self._read_scope = None
-                try:
-                    await _abandon(chunks)
-                finally:
-                    await close_quietly(self._resp)
-
-    async def _send_final(self, data: bytes) -> None:
-        if data:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await self._send.send(data)
-
-
-def relay(resp: httpx.Response, pipeline: ChatPipeline, sink: Sink, opts: RelayOptions) -> Relay:
-    """The encoded stream for one upstream response (see module docstring)."""
-    return Relay(resp, pipeline, sink, opts)
-
-
-class HookedSink:
-    """A sink that runs ``after_end`` once the stream ended normally (e.g. to store it)."""
-
-    def __init__(self, inner: Sink, after_end: Callable[[ChatPipeline], Awaitable[None]]) -> None:
-        self.inner = inner
-        self.after_end = after_end
-
-    def start(self) -> bytes:
-        return self.inner.start()
-
-    def batch(self, outs: list[Out]) -> bytes:
-        return self.inner.batch(outs)
-
-    def keepalive(self) -> bytes:
-        return self.inner.keepalive()
-
-    async def end(self, pipeline: ChatPipeline) -> bytes:
-        data = await self.inner.end(pipeline)
-        await self.after_end(pipeline)
-        return data
-
-    async def fail(self, pipeline: ChatPipeline, code: str, message: str) -> bytes:
-        return await self.inner.fail(pipeline, code, message)
+async def drain_outputs(outputs: AsyncIterator[Any]) -> None:
+    """Consume a relay whose outputs are not needed (the stage's side effects are)."""
+    async for _ in outputs:
+        pass

@@ -9,11 +9,10 @@ key; body ``{"nonce": "<32 hex>", "download_link_mode"?: "private"|"public"}``):
    whose content is :func:`selftest_content` (so the client knows what to expect);
 2. it plays a scripted upstream SSE body (:func:`selftest_script`) that mentions that
    file's absolute path -- cut across deltas and across body chunks, once in prose and
-   once in a code span -- and a path outside the roots, as an in-process
-   ``httpx.Response`` (no transport, no network, no test harness);
-3. that response goes through the real relay, pipeline, resolver (minting a real
-   link for the caller) and ``ChatSink``: the client gets exactly what a chat client
-   gets.
+   once in a code span -- and a path outside the roots, as an in-process source
+   (no transport, no network, no test harness);
+3. that source goes through the real relay, pipeline, resolver (minting a real link
+   for the caller) and chat front: the client gets exactly what a chat client gets.
 
 The client half (:func:`run_smoke`) checks ``/health``, ``/health/ready``, then per
 link mode: the stream parses (one-line JSON ``data``, terminal chunk with
@@ -23,8 +22,8 @@ became its name; then it downloads the link and compares the bytes, and checks t
 the link is refused without the owner's key (private) or with a tampered signature
 (public).
 
-:func:`install_selftest_route` adds the route to an app built by
-:func:`gateway.app.create_app` (idempotent).
+The route itself is :mod:`gateway.routes.selftest`; this module holds the scripted
+body and the client half, and imports no app code.
 """
 
 from __future__ import annotations
@@ -52,12 +51,11 @@ __all__ = [
     "SmokeReport",
     "check_selftest_stream",
     "find_host_paths",
-    "install_selftest_route",
     "run_smoke",
+    "scripted_chunks",
     "selftest_content",
     "selftest_file_name",
     "selftest_script",
-    "selftest_upstream_response",
     "write_selftest_file",
 ]
 
@@ -156,57 +154,11 @@ def selftest_script(path: str, nonce: str) -> list[bytes]:
     return pieces
 
 
-async def _aiter(pieces: Sequence[bytes]) -> AsyncIterator[bytes]:
+async def scripted_chunks(pieces: Sequence[bytes]) -> AsyncIterator[bytes]:
+    """The self-test body as an async byte iterator (one checkpoint per piece)."""
     for piece in pieces:
         await trio.lowlevel.checkpoint()
         yield piece
-
-
-def selftest_upstream_response(path: str, nonce: str) -> httpx.Response:
-    """An in-process stand-in for the upstream's streaming response."""
-    return httpx.Response(
-        200,
-        headers={"content-type": "text/event-stream"},
-        content=_aiter(selftest_script(path, nonce)),
-        request=httpx.Request("POST", "http://gateway.selftest/v1/chat/completions"),
-    )
-
-
-def install_selftest_route(app: Any) -> None:
-    """Add ``POST /v1/selftest`` to an app from :func:`gateway.app.create_app` (idempotent)."""
-    if any(rule.rule == SELFTEST_ROUTE for rule in app.url_map.iter_rules()):
-        return
-    from quart import Response
-
-    from gateway.app import authenticate, json_body, state, stream_response
-    from gateway.auth import effective_link_mode
-    from gateway.errors import GatewayError, RequestError
-    from gateway.fronts.chat import ChatSink
-
-    @app.post(SELFTEST_ROUTE)  # type: ignore[untyped-decorator]
-    async def selftest() -> Response:
-        caller = authenticate()
-        body = await json_body()
-        nonce = valid_nonce(body.get("nonce"))
-        if nonce is None:
-            raise RequestError(
-                "'nonce' must be 16 to 64 lowercase hex characters.", code="invalid_nonce"
-            )
-        st = state()
-        mode = effective_link_mode(caller, body, st.config.artifacts.default_link_mode)
-        try:
-            path = await trio.to_thread.run_sync(
-                write_selftest_file, st.config.artifacts.roots[0], nonce
-            )
-        except OSError:
-            raise GatewayError(
-                "The self-test could not write its file under the first artifact root.",
-                code="selftest_unavailable",
-                status=503,
-            ) from None
-        pipeline = st.pipeline(st.resolver(caller.owner, mode))
-        resp = selftest_upstream_response(str(path), nonce)
-        return stream_response(st, SELFTEST_ROUTE, resp, pipeline, ChatSink())
 
 
 # --------------------------------------------------------------------------- client half

@@ -1,57 +1,96 @@
 """The upstream (OpenAI-compatible model server) client, over httpx.
 
-Every httpx error is translated here into :class:`gateway.errors.UpstreamError`
-with a stable ``code``:
+Every httpx error is translated here into :class:`gateway.errors.UpstreamError` (or
+:class:`~gateway.errors.Overloaded`) with a stable ``code``:
 
     upstream_unreachable   connect failed (502)
-    upstream_timeout       connect/read timed out (504)
+    upstream_timeout       connect timed out, no answer within first_byte_timeout_seconds,
+                           or silence inside a stream (504)
     upstream_disconnected  the connection broke mid-response (502)
-    upstream_bad_response  the upstream answered something that is not JSON (502)
-    upstream_rate_limited  upstream 429 (429, Retry-After passed on)
-    upstream_error         upstream 5xx (502)
-    <upstream's own code>  upstream 4xx with an OpenAI error body (same status),
-                           e.g. model_not_found (404); else upstream_http_<status>
+    upstream_bad_response  an answer that is not what was asked for: not JSON, not an
+                           event stream for a streaming request, a redirect (502)
+    upstream_rate_limited  upstream 429 (429; a valid Retry-After passed on as seconds)
+    upstream_error         upstream 5xx, or an error reported inside a stream (502)
+    <upstream's own code>  upstream 4xx with an OpenAI error body (same status), when the
+                           code is a plain identifier, e.g. model_not_found; else
+                           upstream_http_<status>
+    gateway_overloaded     this process ran out of file descriptors (503)
 
 Messages say what happened in one sentence and never contain the upstream's body
-verbatim (it could carry paths) beyond its scrubbed ``error.message``.
+verbatim: its ``error.message`` is rewritten with the configured roots and mount
+prefixes (file names only) before it is quoted. The client keeps no cookies: one
+cookie jar would be shared by every principal. Also here: ``/models`` with a cache
+that keeps serving the last good list while the upstream is down, model ids rewritten
+(vLLM names a model by its host path) and mapped back on the way in.
 """
 
 from __future__ import annotations
 
+import contextlib
+import email.utils
+import errno
+import http.cookiejar
 import json
+import logging
+import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
+import trio
 
 from gateway.config import UpstreamConfig
-from gateway.errors import UpstreamError
+from gateway.errors import GatewayError, Overloaded, UpstreamError, UpstreamHTTPError
 from gateway.rewrite import rewrite
 
+__all__ = [
+    "MAX_ERROR_BODY",
+    "Models",
+    "Upstream",
+    "close_quietly",
+    "retry_after_seconds",
+    "translate",
+]
+
+log = logging.getLogger("gateway.upstream")
+
 MAX_ERROR_BODY = 64 * 1024
+MAX_RETRY_AFTER = 86400
+_CODE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+#: the fields of a model object relayed from ``/models`` (strings rewritten)
+MODEL_FIELDS = ("id", "object", "created", "owned_by", "root", "parent", "max_model_len")
+
+Scrub = Callable[[str], str]
 
 
-class UpstreamHTTPError(UpstreamError):
-    """The upstream answered with an HTTP error status."""
+def _overloaded(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno in (errno.EMFILE, errno.ENFILE):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
-    def __init__(
-        self, message: str, *, code: str, status: int, retry_after: str | None = None
-    ) -> None:
-        super().__init__(message, code=code, status=status)
-        self.retry_after = retry_after
 
-
-def translate(exc: Exception) -> UpstreamError:
-    """Map an httpx exception to an :class:`UpstreamError`."""
-    if isinstance(exc, UpstreamError):
+def translate(exc: BaseException) -> GatewayError:
+    """Map an httpx (or OS) exception to a :class:`GatewayError`."""
+    if isinstance(exc, GatewayError):
         return exc
-    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-        if isinstance(exc, httpx.ConnectTimeout):
-            return UpstreamError(
-                "The upstream model server did not accept the connection in time.",
-                code="upstream_timeout",
-                status=504,
-            )
+    if _overloaded(exc):
+        return Overloaded(
+            "The gateway has run out of file descriptors; retry in a moment "
+            "(operators: raise the open-file limit or lower server.max_connections)."
+        )
+    if isinstance(exc, httpx.ConnectTimeout):
+        return UpstreamError(
+            "The upstream model server did not accept the connection in time.",
+            code="upstream_timeout",
+            status=504,
+        )
+    if isinstance(exc, httpx.ConnectError):
         return UpstreamError(
             "The upstream model server could not be reached; check [upstream] base_url.",
             code="upstream_unreachable",
@@ -67,16 +106,30 @@ def translate(exc: Exception) -> UpstreamError:
             "The upstream model server closed the connection in the middle of the response.",
             code="upstream_disconnected",
         )
-    if isinstance(exc, httpx.HTTPError):
-        return UpstreamError(
-            "The request to the upstream model server failed.", code="upstream_error"
-        )
-    return UpstreamError("The upstream model server failed unexpectedly.", code="upstream_error")
+    return UpstreamError("The request to the upstream model server failed.", code="upstream_error")
 
 
-def _error_from_body(status: int, body: bytes, retry_after: str | None) -> UpstreamHTTPError:
-    message = ""
-    code = ""
+def retry_after_seconds(value: str | None, now: float | None = None) -> int | None:
+    """A valid ``Retry-After`` (delay-seconds or HTTP-date) as seconds, else None."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit() and len(value) <= 10:
+        return min(int(value), MAX_RETRY_AFTER)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None or when.tzinfo is None:
+        return None
+    delta = when.timestamp() - (time.time() if now is None else now)
+    return int(min(max(delta, 0), MAX_RETRY_AFTER))
+
+
+def _error_from_body(
+    status: int, body: bytes, retry_after: str | None, scrub: Scrub
+) -> UpstreamHTTPError:
+    message = code = ""
     try:
         data = json.loads(body)
         err = data.get("error") if isinstance(data, dict) else None
@@ -85,25 +138,31 @@ def _error_from_body(status: int, body: bytes, retry_after: str | None) -> Upstr
             code = str(err.get("code") or err.get("type") or "")
         elif isinstance(err, str):
             message = err
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
-    message = rewrite(message)[:500]  # never relay a raw path from an error body
+    message = scrub(message[:2000])[:500]  # never relay a raw path from an error body
+    quoted = f" ({message})" if message else ""
     if status == 429:
         return UpstreamHTTPError(
-            "The upstream model server is rate limiting requests; retry later."
-            + (f" ({message})" if message else ""),
+            "The upstream model server is rate limiting requests; retry later." + quoted,
             code="upstream_rate_limited",
             status=429,
-            retry_after=retry_after,
+            retry_after=retry_after_seconds(retry_after),
         )
     if status >= 500:
         return UpstreamHTTPError(
-            f"The upstream model server failed with HTTP {status}."
-            + (f" ({message})" if message else ""),
+            f"The upstream model server failed with HTTP {status}." + quoted,
             code="upstream_error",
             status=502,
         )
-    if not code or not all(c.isalnum() or c in "_-." for c in code):
+    if status < 400:
+        return UpstreamHTTPError(
+            f"The upstream model server answered with a redirect (HTTP {status}); "
+            "check [upstream] base_url.",
+            code="upstream_bad_response",
+            status=502,
+        )
+    if not _CODE.fullmatch(code) or code.startswith("gateway_"):
         code = f"upstream_http_{status}"
     return UpstreamHTTPError(
         message or f"The upstream model server refused the request with HTTP {status}.",
@@ -112,22 +171,97 @@ def _error_from_body(status: int, body: bytes, retry_after: str | None) -> Upstr
     )
 
 
+def _no_cookies() -> httpx.Cookies:
+    """A cookie jar that never stores a cookie (the client serves every principal)."""
+    policy = http.cookiejar.DefaultCookiePolicy(allowed_domains=[])
+    return httpx.Cookies(http.cookiejar.CookieJar(policy=policy))
+
+
+def new_client(
+    *,
+    connect_timeout: float,
+    transport: httpx.AsyncBaseTransport | None = None,
+    headers: dict[str, str] | None = None,
+    base_url: str = "",
+) -> httpx.AsyncClient:
+    """An httpx client as the gateway uses them: no read timeout, no cookies."""
+    return httpx.AsyncClient(
+        base_url=base_url,
+        timeout=httpx.Timeout(connect_timeout, read=None),
+        headers=headers,
+        transport=transport,
+        cookies=_no_cookies(),
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=100),
+    )
+
+
+class Models:
+    """The upstream's model list: cached, rewritten, and mapped back on the way in."""
+
+    def __init__(self, cache_seconds: float, scrub: Scrub) -> None:
+        self.cache_seconds = cache_seconds
+        self._scrub = scrub
+        self._at = -float("inf")
+        self._listing: dict[str, Any] | None = None
+        self._real: dict[str, str] = {}  # shown id -> upstream's id
+
+    def fresh(self, now: float) -> dict[str, Any] | None:
+        if self._listing is not None and now - self._at < self.cache_seconds:
+            return self._listing
+        return None
+
+    @property
+    def last_good(self) -> dict[str, Any] | None:
+        return self._listing
+
+    def store(self, data: dict[str, Any], now: float) -> dict[str, Any]:
+        models = data.get("data")
+        shown: list[dict[str, Any]] = []
+        real: dict[str, str] = {}
+        for m in models if isinstance(models, list) else ():
+            if isinstance(m, dict) and isinstance(m.get("id"), str) and m["id"]:
+                entry = self._model(m)
+                real[entry["id"]] = m["id"]
+                shown.append(entry)
+        self._listing = {"object": "list", "data": shown}
+        self._real = real
+        self._at = now
+        return self._listing
+
+    def _model(self, m: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {"object": "model"}
+        for key in MODEL_FIELDS:
+            value = m.get(key)
+            if isinstance(value, str) and key != "object":
+                out[key] = self._scrub(value)
+            elif isinstance(value, int) and not isinstance(value, bool):
+                out[key] = value
+        return out
+
+    def upstream_id(self, shown: str) -> str:
+        """The upstream's own id for a model id a client got from ``/models``."""
+        return self._real.get(shown, shown)
+
+
 class Upstream:
     """One shared httpx client to the configured upstream."""
 
     def __init__(
-        self, cfg: UpstreamConfig, *, transport: httpx.AsyncBaseTransport | None = None
+        self,
+        cfg: UpstreamConfig,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        scrub: Scrub = rewrite,
     ) -> None:
         self.cfg = cfg
         self.base_url = cfg.base_url.rstrip("/")
+        self.scrub = scrub
         headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(cfg.connect_timeout_seconds, read=None),
-            headers=headers,
-            transport=transport,
-            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
+        self._client = new_client(
+            connect_timeout=cfg.connect_timeout_seconds, transport=transport, headers=headers
         )
-        self._models: tuple[float, dict[str, Any]] | None = None
+        self.models_cache = Models(cfg.models_cache_seconds, scrub)
+        self.first_byte_seconds = float(getattr(cfg, "first_byte_timeout_seconds", 120.0))
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -135,93 +269,149 @@ class Upstream:
     def _headers(self, principal_id: str) -> dict[str, str]:
         return {"X-Gateway-Principal": principal_id}
 
+    def _body(self, body: dict[str, Any]) -> dict[str, Any]:
+        model = body.get("model")
+        if isinstance(model, str):
+            return {**body, "model": self.models_cache.upstream_id(model)}
+        return body
+
+    async def _send(self, req: httpx.Request, *, stream: bool) -> httpx.Response:
+        try:
+            with trio.fail_after(self.first_byte_seconds):
+                return await self._client.send(req, stream=stream)
+        except trio.TooSlowError:
+            raise UpstreamError(
+                f"The upstream model server did not answer within "
+                f"{self.first_byte_seconds:g} s (upstream.first_byte_timeout_seconds).",
+                code="upstream_timeout",
+                status=504,
+            ) from None
+        except Exception as exc:  # httpx errors and OS errors alike
+            raise translate(exc) from exc
+
     async def open_chat_stream(self, body: dict[str, Any], principal_id: str) -> httpx.Response:
         """Start a streaming chat completion; the caller must ``aclose()`` the response.
 
-        HTTP error statuses are read (bounded), the response closed, and raised as
+        Anything but ``200 text/event-stream`` is read (bounded), closed and raised as an
         :class:`UpstreamHTTPError` before anything is streamed to the client.
         """
         req = self._client.build_request(
             "POST",
             self.base_url + "/chat/completions",
-            json=body,
-            headers={**self._headers(principal_id), "Accept": "text/event-stream"},
+            json=self._body(body),
+            headers={
+                **self._headers(principal_id),
+                "Accept": "text/event-stream",
+                "Accept-Encoding": "identity",
+            },
         )
+        resp = await self._send(req, stream=True)
+        ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
+        if resp.status_code == 200 and ctype == "text/event-stream":
+            return resp
         try:
-            resp = await self._client.send(req, stream=True)
-        except Exception as exc:  # httpx errors and OS errors alike
-            raise translate(exc) from exc
-        if resp.status_code >= 400:
-            try:
-                data = await _read_bounded(resp)
-            finally:
-                await resp.aclose()
-            raise _error_from_body(resp.status_code, data, resp.headers.get("retry-after"))
-        return resp
+            data = await _read_bounded(resp)
+        finally:
+            await resp.aclose()
+        if resp.status_code != 200:
+            raise _error_from_body(
+                resp.status_code, data, resp.headers.get("retry-after"), self.scrub
+            )
+        raise UpstreamError(
+            f"The upstream model server answered a streaming request with "
+            f"{ctype or 'no content type'}, not an event stream; check [upstream] base_url.",
+            code="upstream_bad_response",
+        )
 
     async def chat(self, body: dict[str, Any], principal_id: str) -> dict[str, Any]:
         """A non-streaming chat completion."""
+        req = self._client.build_request(
+            "POST",
+            self.base_url + "/chat/completions",
+            json=self._body(body),
+            headers=self._headers(principal_id),
+            timeout=httpx.Timeout(
+                self.cfg.connect_timeout_seconds, read=self.cfg.idle_timeout_seconds
+            ),
+        )
+        resp = await self._send(req, stream=True)
         try:
-            resp = await self._client.post(
-                self.base_url + "/chat/completions",
-                json=body,
-                headers=self._headers(principal_id),
-                timeout=httpx.Timeout(
-                    self.cfg.connect_timeout_seconds, read=self.cfg.idle_timeout_seconds
-                ),
-            )
-        except Exception as exc:
-            raise translate(exc) from exc
-        return _json_object(resp, "answer")
+            data = await _read_bounded(resp, limit=64 * 1024 * 1024, strict=True)
+        finally:
+            await resp.aclose()
+        return self._json_object(resp, data, "answer")
 
     async def models(self) -> dict[str, Any]:
-        """``GET /models``, cached for ``models_cache_seconds``."""
+        """``GET /models``, cached; the last good list while the upstream is down."""
         now = time.monotonic()
-        if self._models is not None and now - self._models[0] < self.cfg.models_cache_seconds:
-            return self._models[1]
+        cache = self.models_cache
+        fresh = cache.fresh(now)
+        if fresh is not None:
+            return fresh
         try:
-            resp = await self._client.get(self.base_url + "/models", timeout=10.0)
-        except Exception as exc:
-            raise translate(exc) from exc
-        data = _json_object(resp, "model list")
-        if self.cfg.models_cache_seconds > 0:
-            self._models = (now, data)
-        return data
+            req = self._client.build_request("GET", self.base_url + "/models", timeout=10.0)
+            resp = await self._send(req, stream=True)
+            try:
+                data = await _read_bounded(resp, limit=8 * 1024 * 1024, strict=True)
+            finally:
+                await resp.aclose()
+            listing = self._json_object(resp, data, "model list")
+        except GatewayError:
+            if cache.last_good is not None:
+                log.warning("the upstream's model list is unavailable; serving the last good one")
+                return cache.last_good
+            raise
+        return cache.store(listing, now)
 
     async def reachable(self, limit_seconds: float = 2.0) -> bool:
         """Readiness probe: does the upstream answer ``GET /models`` at all?"""
         try:
-            resp = await self._client.get(self.base_url + "/models", timeout=limit_seconds)
+            with trio.move_on_after(limit_seconds):
+                resp = await self._client.get(self.base_url + "/models", timeout=limit_seconds)
+                return resp.status_code < 500
         except Exception:
             return False
-        return resp.status_code < 500
+        return False
+
+    def _json_object(self, resp: httpx.Response, body: bytes, what: str) -> dict[str, Any]:
+        """The JSON object of a complete upstream response, or the matching error."""
+        if resp.status_code >= 300:
+            raise _error_from_body(
+                resp.status_code, body, resp.headers.get("retry-after"), self.scrub
+            )
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise UpstreamError(
+                f"The upstream model server's {what} is not JSON.", code="upstream_bad_response"
+            ) from exc
+        if not isinstance(data, dict):
+            raise UpstreamError(
+                f"The upstream model server's {what} is not a JSON object.",
+                code="upstream_bad_response",
+            )
+        return data
 
 
-def _json_object(resp: httpx.Response, what: str) -> dict[str, Any]:
-    """The JSON object of a complete upstream response, or the matching UpstreamError."""
-    if resp.status_code >= 400:
-        raise _error_from_body(resp.status_code, resp.content, resp.headers.get("retry-after"))
-    try:
-        data = resp.json()
-    except ValueError as exc:
-        raise UpstreamError(
-            f"The upstream model server's {what} is not JSON.", code="upstream_bad_response"
-        ) from exc
-    if not isinstance(data, dict):
-        raise UpstreamError(
-            f"The upstream model server's {what} is not a JSON object.",
-            code="upstream_bad_response",
-        )
-    return data
-
-
-async def _read_bounded(resp: httpx.Response) -> bytes:
+async def _read_bounded(
+    resp: httpx.Response, limit: int = MAX_ERROR_BODY, *, strict: bool = False
+) -> bytes:
+    """Up to ``limit`` bytes of a body; ``strict``: a broken read is an error, not the end."""
     out = bytearray()
     try:
         async for chunk in resp.aiter_bytes():
             out += chunk
-            if len(out) > MAX_ERROR_BODY:
+            if len(out) > limit:
                 break
-    except httpx.HTTPError:
-        pass
+    except httpx.HTTPError as exc:
+        if strict:
+            raise translate(exc) from exc
     return bytes(out)
+
+
+async def close_quietly(resp: httpx.Response, limit_seconds: float = 2.0) -> None:
+    """Close an upstream response even while being cancelled (bounded)."""
+    with trio.move_on_after(limit_seconds) as scope:
+        scope.shield = True
+        with contextlib.suppress(Exception):
+            await resp.aclose()

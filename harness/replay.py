@@ -48,6 +48,7 @@ from gateway.rewrite import StreamRewriter
 from gateway.server import serve_app
 from gateway.sse import SSEDecoder
 from harness.cassette import Cassette
+from harness.nothing import NOTHING_FOUND
 from harness.strategies import STRATEGIES, Chunking, Options
 from harness.transport import Scripted, ScriptedTransport
 
@@ -188,14 +189,14 @@ class Replayer:
         from gateway.app import create_app
         from gateway.proxy import create_proxy_app
 
-        app = create_app(self.config, upstream_transport=self.transport)
-        app.gateway.rewrite_enabled = self.rewrite  # type: ignore[attr-defined]
+        settings = None if self.rewrite else NOTHING_FOUND
+        app = create_app(self.config, upstream_transport=self.transport, settings=settings)
         self.gateway_app = app
         urls = await nursery.start(
             partial(serve_app, app, "127.0.0.1:0", shutdown_trigger=trio.sleep_forever)
         )
         self.gateway_url = urls[0]
-        nursery.start_soon(_close_when_cancelled, app.gateway.aclose)  # type: ignore[attr-defined]
+        nursery.start_soon(_close_when_cancelled, app.gateway.aclose)
         if self.cas.expect.front == "proxy":
             pcfg = config_from_dict(
                 {
@@ -216,7 +217,7 @@ class Replayer:
                 partial(serve_app, papp, "127.0.0.1:0", shutdown_trigger=trio.sleep_forever)
             )
             self.proxy_url = purls[0]
-            nursery.start_soon(_close_when_cancelled, papp.proxy.client.aclose)  # type: ignore[attr-defined]
+            nursery.start_soon(_close_when_cancelled, papp.proxy.client.aclose)
 
     # -- driving one request ---------------------------------------------------------
 

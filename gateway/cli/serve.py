@@ -123,11 +123,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _serve(cfg: Any) -> int:
     from gateway.app import create_app
-    from gateway.smoke import install_selftest_route
 
     app = create_app(cfg)
-    install_selftest_route(app)  # no-op once create_app registers it itself
-    return _serve_apps(cfg, "gateway", [(app, cfg.server.bind, app.gateway.draining)])  # type: ignore[attr-defined]
+    return _serve_apps(cfg, "gateway", [(app, cfg.server.bind, app.gateway.draining)])
 
 
 def _cmd_proxy(args: argparse.Namespace) -> int:
@@ -141,7 +139,7 @@ def _serve_proxy(cfg: Any) -> int:
     from gateway.proxy import create_proxy_app
 
     app = create_proxy_app(cfg)
-    return _serve_apps(cfg, "proxy", [(app, cfg.proxy.bind, app.proxy.draining)])  # type: ignore[attr-defined]
+    return _serve_apps(cfg, "proxy", [(app, cfg.proxy.bind, app.proxy.draining)])
 
 
 def _serve_apps(cfg: Any, what: str, apps: list[tuple[Any, str, trio.Event | None]]) -> int:

@@ -1,1 +1,1 @@
-"""Encoders of the pipeline's neutral (chat-chunk-shaped) output into each API's wire format."""
+"""Encoders of the neutral events into each wire format (sans-IO)."""

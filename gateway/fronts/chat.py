@@ -1,98 +1,333 @@
-"""Chat-completions front: the pipeline's chunks as ``chat.completion.chunk`` SSE.
+"""Chat-completions front: neutral events → ``chat.completion.chunk`` SSE (sans-IO).
 
 Wire shape (what Open WebUI and openai-python both accept): one-line JSON ``data``,
 LF endings, keep-alives as bare ``:`` comment lines, a final chunk with
-``finish_reason``, then ``data: [DONE]``. The *terminal* chunk (the last JSON
-chunk before ``[DONE]``) carries the artifact manifest under ``"gateway"``; to know
-which chunk is last, chunks from the first one with a ``finish_reason`` onward are
-held until the stream ends (they are the tail of the stream, so nothing ordinary is
-delayed). On failure: a final chunk with ``finish_reason: "error"`` and an
-``error`` object, then ``[DONE]``.
+``finish_reason``, then ``data: [DONE]``. The *terminal* chunk (the last JSON chunk
+before ``[DONE]``) carries the artifact manifest under ``"gateway"``: the encoder
+keeps :class:`~gateway.events.Finish` and :class:`~gateway.events.Usage` events (they
+carry no text) until the end, so it knows which chunk is last; text is never held.
+On failure: a final chunk with ``finish_reason: "error"`` and an ``error`` object,
+then ``[DONE]``. The encoder only encodes what it is handed; it never calls back
+into the pipeline. Also here: the checks of a chat request and the body sent upstream.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from gateway.pipeline import ChatPipeline, Named, Out
+from gateway.errors import GatewayError, RequestError
+from gateway.events import Event, Extra, Finish, Logprobs, Meta, Named, Role, Text, ToolCall, Usage
 from gateway.sse import DONE, encode_comment, encode_json
 
+__all__ = [
+    "GATEWAY_BODY_KEYS",
+    "SAMPLING_KEYS",
+    "ChatEncoder",
+    "completion_object",
+    "upstream_chat_body",
+    "validate_chat_body",
+]
 
-def _has_finish(chunk: dict[str, Any]) -> bool:
-    choices = chunk.get("choices")
-    return isinstance(choices, list) and any(
-        isinstance(c, dict) and c.get("finish_reason") is not None for c in choices
-    )
+#: sampling parameters passed on to the upstream as given (runs and the proxy too)
+SAMPLING_KEYS = (
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+)
+#: request-body keys that are the gateway's, not the upstream's
+GATEWAY_BODY_KEYS = ("download_link_mode", "session_id")
+
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
-def error_object(code: str, message: str) -> dict[str, Any]:
-    return {"message": message, "type": code, "code": code}
+def validate_chat_body(body: dict[str, Any]) -> bool:
+    """Check the fields the gateway relies on; return ``stream``."""
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise RequestError("'model' must be a non-empty string.", code="missing_model")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("'messages' must be a non-empty list.", code="missing_messages")
+    if not all(isinstance(m, dict) for m in messages):
+        raise RequestError("Every entry of 'messages' must be an object.", code="invalid_messages")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError("'stream' must be true or false.", code="invalid_stream")
+    return stream
 
 
-class ChatSink:
-    """Encodes one chat-completions stream."""
+def upstream_chat_body(body: dict[str, Any], principal_id: str) -> dict[str, Any]:
+    """The body sent upstream: the client's, minus the gateway's own keys, plus ``user``."""
+    out = {k: v for k, v in body.items() if k not in GATEWAY_BODY_KEYS}
+    out["user"] = principal_id
+    return out
 
-    def __init__(self) -> None:
-        self._tail: list[Out] = []
-        self._saw_finish = False
+
+class _Chunk:
+    """Builds one ``chat.completion.chunk`` from consecutive events."""
+
+    __slots__ = ("choices", "extra", "meta")
+
+    def __init__(self, meta: Meta) -> None:
+        self.meta = meta
+        self.choices: dict[int, dict[str, Any]] = {}
+        self.extra: dict[str, Any] = {}
+
+    def choice(self, idx: int) -> dict[str, Any]:
+        c = self.choices.get(idx)
+        if c is None:
+            c = self.choices[idx] = {"index": idx, "delta": {}, "finish_reason": None}
+        return c
+
+    def to_dict(self) -> dict[str, Any]:
+        return chunk_dict(self.meta, list(self.choices.values()), self.extra)
+
+
+def chunk_dict(meta: Meta, choices: list[dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        **extra,
+        "id": meta.id,
+        "object": "chat.completion.chunk",
+        "created": meta.created,
+        "model": meta.model,
+    }
+    if meta.system_fingerprint is not None:
+        obj["system_fingerprint"] = meta.system_fingerprint
+    obj["choices"] = choices
+    return obj
+
+
+def _add(chunk: _Chunk, ev: Event) -> bool:
+    """Put ``ev`` into ``chunk``; False when it needs a chunk of its own (start a new one)."""
+    if type(ev) is Text:
+        delta = chunk.choice(ev.choice)["delta"]
+        delta[ev.channel] = delta.get(ev.channel, "") + ev.text
+    elif type(ev) is Role:
+        delta = chunk.choice(ev.choice)["delta"]
+        if "role" in delta or len(delta) > 0:
+            return False
+        delta["role"] = ev.role
+    elif type(ev) is ToolCall:
+        return _add_tool(chunk.choice(ev.choice)["delta"], ev)
+    elif type(ev) is Logprobs:
+        c = chunk.choice(ev.choice)
+        entry = {"token": ev.text, "logprob": ev.logprob, "bytes": list(ev.text.encode())}
+        entry["top_logprobs"] = []
+        c.setdefault("logprobs", {"content": []})["content"].append(entry)
+    elif type(ev) is Extra:
+        if any(k in chunk.extra for k in ev.data):
+            return False
+        chunk.extra.update(ev.data)
+    return True
+
+
+def _add_tool(delta: dict[str, Any], ev: ToolCall) -> bool:
+    if ev.legacy:
+        fc = delta.get("function_call")
+        if fc is None:
+            fc = delta["function_call"] = {"arguments": ""}
+            if ev.name is not None:
+                fc["name"] = ev.name
+        elif ev.name is not None:
+            return False
+        fc["arguments"] += ev.arguments
+        return True
+    calls = delta.setdefault("tool_calls", [])
+    for call in calls:
+        if call["index"] == ev.index:
+            if ev.id is not None:
+                return False  # a new call with the same index starts a new chunk
+            call["function"]["arguments"] += ev.arguments
+            return True
+    call = {"index": ev.index, "function": {"arguments": ev.arguments}}
+    if ev.id is not None:
+        call["id"] = ev.id
+        call["type"] = "function"
+    if ev.name is not None:
+        call["function"]["name"] = ev.name
+    calls.append(call)
+    return True
+
+
+class ChatEncoder:
+    """Encodes one chat-completions stream; ``content`` keeps the emitted text per choice."""
+
+    def __init__(self, *, relay_named: bool = True) -> None:
+        self.meta = Meta()
+        self.relay_named = relay_named
+        self.content: dict[int, list[str]] = {}
+        self._held: list[Finish | Usage] = []
+        self._seen: set[int] = set()
+        self._prefix: bytes | None = None
+
+    # -- the stream ---------------------------------------------------------------
 
     def start(self) -> bytes:
         return b""
 
-    def _encode(self, out: Out) -> bytes:
-        if isinstance(out, Named):
-            data = out.data
-            if not isinstance(data, dict):
-                data = {"data": data}
-            if "choices" not in data:
-                # keeps SDK iterators that read chunk.choices from breaking
-                data = {**data, "choices": []}
-            return encode_json(data, event=out.event)
-        return encode_json(out)
-
-    def batch(self, outs: list[Out]) -> bytes:
-        parts: list[bytes] = []
-        for out in outs:
-            if self._tail or (isinstance(out, dict) and _has_finish(out)):
-                self._tail.append(out)
-            else:
-                parts.append(self._encode(out))
-        return b"".join(parts)
-
     def keepalive(self) -> bytes:
         return encode_comment()
 
-    def _terminal(self, chunks: list[Out], pipeline: ChatPipeline) -> list[Out]:
-        tail = self._tail + chunks
-        self._tail = []
-        json_chunks = [c for c in tail if isinstance(c, dict)]
-        if not any(_has_finish(c) for c in json_chunks):
-            last = pipeline.make_chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}])
-            tail.append(last)
-            json_chunks.append(last)
-        json_chunks[-1]["gateway"] = pipeline.resolver.manifest()
-        return tail
+    def encode(self, events: list[Event]) -> bytes:
+        if all(type(e) is Text and e.choice == 0 and e.channel == "content" for e in events):
+            return self._fast(events)  # the common batch: content deltas of choice 0
+        parts: list[bytes] = []
+        chunk: _Chunk | None = None
+        for ev in events:
+            if type(ev) is Meta:
+                self.meta = ev
+                self._prefix = None
+                chunk = self._flush(chunk, parts)
+                continue
+            if type(ev) is Finish or type(ev) is Usage:
+                self._held.append(ev)
+                continue
+            if type(ev) is Named:
+                chunk = self._flush(chunk, parts)
+                if self.relay_named:
+                    parts.append(encode_json({**ev.data, "choices": []}, event=ev.name))
+                continue
+            self._note(ev)
+            if chunk is None:
+                chunk = _Chunk(self.meta)
+            if not _add(chunk, ev):
+                self._flush(chunk, parts)
+                chunk = _Chunk(self.meta)
+                _add(chunk, ev)
+        self._flush(chunk, parts)
+        return b"".join(parts)
 
-    async def end(self, pipeline: ChatPipeline) -> bytes:
-        chunks: list[Out] = list(await pipeline.finish())
-        if chunks and not any(_has_finish(c) for c in self._tail if isinstance(c, dict)):
-            for choice in chunks[-1]["choices"]:  # type: ignore[index]
-                choice["finish_reason"] = "stop"
-        tail = self._terminal(chunks, pipeline)
-        return b"".join(self._encode(c) for c in tail) + DONE
+    def _note(self, ev: Event) -> None:
+        if type(ev) is Text:
+            self._seen.add(ev.choice)
+            if ev.channel == "content":
+                self.content.setdefault(ev.choice, []).append(ev.text)
+        elif type(ev) is Role or type(ev) is ToolCall:
+            self._seen.add(ev.choice)
 
-    async def fail(self, pipeline: ChatPipeline, code: str, message: str) -> bytes:
-        flushed = await pipeline.finish(failed=True)
-        parts = [self._encode(c) for c in self._tail]
-        self._tail = []
-        deltas: dict[int, dict[str, Any]] = {0: {}}
-        for chunk in flushed:
-            for choice in chunk["choices"]:
-                deltas[choice.get("index", 0)] = choice["delta"]
-        final = pipeline.make_chunk(
-            [{"index": i, "delta": d, "finish_reason": "error"} for i, d in sorted(deltas.items())]
+    @staticmethod
+    def _flush(chunk: _Chunk | None, parts: list[bytes]) -> None:
+        if chunk is not None and (chunk.choices or chunk.extra):
+            parts.append(encode_json(chunk.to_dict()))
+
+    def _fast(self, events: list[Event]) -> bytes:
+        if not events:
+            return b""
+        texts = [e.text for e in events if type(e) is Text]
+        text = texts[0] if len(texts) == 1 else "".join(texts)
+        self._seen.add(0)
+        self.content.setdefault(0, []).append(text)
+        if self._prefix is None:
+            head = _JSON.encode(chunk_dict(self.meta, [], {}))[:-3]  # without `[]}`
+            self._prefix = ("data: " + head + '[{"index":0,"delta":{"content":').encode()
+        body = _JSON.encode(text).encode("utf-8", "backslashreplace")
+        return self._prefix + body + b'},"finish_reason":null}]}\n\n'
+
+    # -- the end ---------------------------------------------------------------------
+
+    def end(self, events: list[Event], manifest: dict[str, Any]) -> bytes:
+        """Normal end: the text still held, the finish chunk(s), usage, manifest, ``[DONE]``."""
+        head = self.encode(events)
+        finishes = {e.choice: e.reason for e in self._held if type(e) is Finish}
+        usage = [e.usage for e in self._held if type(e) is Usage]
+        for idx in sorted(self._seen or {0}):
+            finishes.setdefault(idx, "stop")
+        chunks = [self._finish_chunk(finishes)]
+        if usage:
+            chunks.append({**chunk_dict(self.meta, [], {}), "usage": usage[-1]})
+        chunks[-1]["gateway"] = manifest
+        return head + b"".join(encode_json(c) for c in chunks) + DONE
+
+    def fail(self, events: list[Event], error: GatewayError, manifest: dict[str, Any]) -> bytes:
+        """Failure: held text (names only), one final chunk with the error, ``[DONE]``."""
+        head = self.encode(events)
+        finishes = {e.choice: e.reason for e in self._held if type(e) is Finish}
+        reasons = {idx: finishes.get(idx, "error") for idx in sorted(self._seen | {0})}
+        final = self._finish_chunk(reasons)
+        final["error"] = error.error_object()
+        final["gateway"] = manifest
+        return head + encode_json(final) + DONE
+
+    def _finish_chunk(self, reasons: dict[int, str]) -> dict[str, Any]:
+        choices = [
+            {"index": i, "delta": {}, "finish_reason": r} for i, r in sorted(reasons.items())
+        ]
+        return chunk_dict(self.meta, choices, {})
+
+    def text(self, choice: int = 0) -> str:
+        """The content emitted for one choice (what a session stores)."""
+        return "".join(self.content.get(choice, ()))
+
+
+def completion_object(
+    encoder: ChatEncoder, events: list[Event], manifest: dict[str, Any]
+) -> dict[str, Any]:
+    """A non-streaming ``chat.completion`` built from the events of the whole answer."""
+    messages: dict[int, dict[str, Any]] = {}
+    reasons: dict[int, str] = {}
+    usage: dict[str, Any] | None = None
+    for ev in events:
+        if type(ev) is Meta:
+            encoder.meta = ev
+        elif type(ev) is Usage:
+            usage = ev.usage
+        elif type(ev) is Finish:
+            reasons[ev.choice] = ev.reason
+        elif type(ev) is Text or type(ev) is ToolCall or type(ev) is Role:
+            _message_add(messages.setdefault(ev.choice, {"role": "assistant"}), ev)
+            encoder._note(ev)
+    for msg in messages.values():
+        for call in msg.get("tool_calls", ()):
+            del call["_index"]
+    choices = [
+        {
+            "index": i,
+            "message": {"content": None, **messages.get(i, {"role": "assistant"})},
+            "finish_reason": reasons.get(i, "stop"),
+        }
+        for i in sorted(set(messages) | set(reasons) | {0})
+    ]
+    meta = encoder.meta
+    body: dict[str, Any] = {
+        "id": meta.id,
+        "object": "chat.completion",
+        "created": meta.created,
+        "model": meta.model,
+        "choices": choices,
+        "usage": usage,
+        "gateway": manifest,
+    }
+    if meta.system_fingerprint is not None:
+        body["system_fingerprint"] = meta.system_fingerprint
+    return body
+
+
+def _message_add(msg: dict[str, Any], ev: Text | ToolCall | Role) -> None:
+    if type(ev) is Role:
+        msg["role"] = ev.role
+    elif type(ev) is Text:
+        msg[ev.channel] = (msg.get(ev.channel) or "") + ev.text
+    elif type(ev) is ToolCall:
+        if ev.legacy:
+            fc = msg.setdefault("function_call", {"name": ev.name or "", "arguments": ""})
+            fc["arguments"] += ev.arguments
+            return
+        calls = msg.setdefault("tool_calls", [])
+        for call in calls:
+            if call["_index"] == ev.index and ev.id is None:
+                call["function"]["arguments"] += ev.arguments
+                return
+        calls.append(
+            {
+                "_index": ev.index,
+                "id": ev.id,
+                "type": "function",
+                "function": {"name": ev.name or "", "arguments": ev.arguments},
+            }
         )
-        final["error"] = error_object(code, message)
-        final["gateway"] = pipeline.resolver.manifest()
-        parts.append(encode_json(final))
-        return b"".join(parts) + DONE

@@ -1,14 +1,20 @@
-"""Responses-API front: the pipeline's chunks as OpenAI Responses stream events.
+"""Responses-API front: neutral events → OpenAI Responses stream events (sans-IO).
 
 Sequence (every event carries ``sequence_number``): ``response.created``,
 ``response.in_progress``, ``response.output_item.added`` (the assistant message,
 output_index 0), ``response.content_part.added``, ``response.output_text.delta``…,
 then per tool call a ``function_call`` item (``output_item.added``,
-``function_call_arguments.delta``…, ``.done``, ``output_item.done``), and at the end
-``response.output_text.done``, ``response.content_part.done``,
-``response.output_item.done`` and ``response.completed`` (or ``response.failed``).
-The done/completed events carry the rewritten text and the artifact manifest
+``function_call_arguments.delta``…), and at the end ``response.output_text.done``,
+``response.content_part.done``, ``response.output_item.done``, the function calls'
+``.done`` events, and ``response.completed`` — or ``response.incomplete`` when the
+model stopped at its token limit or a content filter, or ``response.failed``. The
+done/completed events carry the rewritten text and the artifact manifest
 (``response.gateway``), never a raw path.
+
+The encoder builds event *objects* (:meth:`ResponsesEncoder.events`), which a
+background response journals as they are, and :meth:`ResponsesEncoder.encode` writes
+the same objects as SSE for a live stream. Also here: ``input`` → chat messages and
+the body sent upstream.
 """
 
 from __future__ import annotations
@@ -17,8 +23,20 @@ import secrets
 import time
 from typing import Any
 
-from gateway.pipeline import ChatPipeline, Named, Out
+from gateway.errors import GatewayError, RequestError
+from gateway.events import Event, Finish, Text, ToolCall, Usage
 from gateway.sse import encode_comment, encode_json
+
+__all__ = [
+    "ResponsesEncoder",
+    "chat_messages_from_input",
+    "new_response_id",
+    "response_sse",
+    "upstream_responses_body",
+    "usage_from_chat",
+]
+
+_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 
 
 def new_response_id() -> str:
@@ -41,12 +59,12 @@ def chat_messages_from_input(value: Any) -> list[dict[str, Any]]:
             if role == "developer":
                 role = "system"
             if role not in ("user", "assistant", "system"):
-                raise ValueError(f"unsupported input role {role!r}.")
+                raise ValueError("an input item's role must be user, assistant or system.")
             out.append({"role": role, "content": _text_of(item.get("content"))})
         elif kind == "function_call_output":
             out.append({"role": "user", "content": f"[tool output] {_text_of(item.get('output'))}"})
         else:
-            raise ValueError(f"unsupported input item type {kind!r}.")
+            raise ValueError("input items must be messages or function_call_output.")
     if not out:
         raise ValueError("'input' must not be empty.")
     return out
@@ -68,8 +86,55 @@ def _text_of(content: Any) -> str:
     raise ValueError("message content must be a string or a list of text parts.")
 
 
-def usage_from_chat(usage: Any) -> dict[str, Any] | None:
-    if not isinstance(usage, dict):
+def upstream_responses_body(
+    body: dict[str, Any], messages: list[dict[str, Any]], principal_id: str, *, stream: bool
+) -> dict[str, Any]:
+    """The chat-completions body sent upstream for a Responses request."""
+    instructions = body.get("instructions")
+    system = (
+        [{"role": "system", "content": instructions}]
+        if isinstance(instructions, str) and instructions
+        else []
+    )
+    out: dict[str, Any] = {
+        "model": body["model"],
+        "messages": [*system, *messages],
+        "stream": stream,
+        "user": principal_id,
+    }
+    for key in ("temperature", "top_p"):
+        if key in body:
+            out[key] = body[key]
+    max_out = body.get("max_output_tokens")
+    if isinstance(max_out, int) and not isinstance(max_out, bool):
+        out["max_tokens"] = max_out
+    if stream:
+        out["stream_options"] = {"include_usage": True}
+    return out
+
+
+def validate_responses_body(body: dict[str, Any]) -> tuple[bool, bool, list[dict[str, Any]]]:
+    """Check a ``POST /v1/responses`` body; return ``(stream, store, new messages)``."""
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise RequestError("'model' must be a non-empty string.", code="missing_model")
+    stream = body.get("stream", False)
+    store = body.get("store", True)
+    if not isinstance(stream, bool) or not isinstance(store, bool):
+        raise RequestError("'stream' and 'store' must be true or false.", code="invalid_request")
+    if "input" not in body:
+        raise RequestError(
+            "'input' is required (a string or a list of items).", code="missing_input"
+        )
+    try:
+        messages = chat_messages_from_input(body["input"])
+    except ValueError as exc:
+        raise RequestError(str(exc), code="invalid_input") from exc
+    return stream, store, messages
+
+
+def usage_from_chat(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    if usage is None:
         return None
     i = int(usage.get("prompt_tokens", 0) or 0)
     o = int(usage.get("completion_tokens", 0) or 0)
@@ -89,7 +154,6 @@ class _Call:
         self.call_id = call_id
         self.name = name
         self.arguments: list[str] = []
-        self.done = False
 
     def item(self, status: str) -> dict[str, Any]:
         return {
@@ -102,25 +166,39 @@ class _Call:
         }
 
 
-class ResponsesSink:
-    """Encodes one Responses stream; also builds the final response object."""
+def response_sse(objs: list[dict[str, Any]]) -> bytes:
+    """Responses event objects as SSE (``event: <type>`` + one-line JSON)."""
+    return b"".join(encode_json(o, event=o["type"]) for o in objs)
 
-    def __init__(self, response_id: str, model: str, *, created_at: int | None = None) -> None:
+
+class ResponsesEncoder:
+    """Encodes one Responses stream; ``final`` is the response object once it ended."""
+
+    def __init__(
+        self,
+        response_id: str,
+        model: str,
+        *,
+        created_at: int | None = None,
+        background: bool = False,
+    ) -> None:
         self.response_id = response_id
         self.model = model
         self.created_at = created_at if created_at is not None else int(time.time())
+        self.background = background
         self.msg_id = "msg_" + secrets.token_hex(12)
-        self._seq = 0
+        self.seq = 0
         self._text: list[str] = []
         self._calls: dict[int, _Call] = {}
         self._next_index = 1
+        self._reason: str | None = None
         self.usage: dict[str, Any] | None = None
-        self.final: dict[str, Any] | None = None  # the completed/failed response object
+        self.final: dict[str, Any] | None = None
 
-    def _ev(self, kind: str, **fields: Any) -> bytes:
-        obj = {"type": kind, "sequence_number": self._seq, **fields}
-        self._seq += 1
-        return encode_json(obj, event=kind)
+    def _ev(self, kind: str, **fields: Any) -> dict[str, Any]:
+        obj = {"type": kind, "sequence_number": self.seq, **fields}
+        self.seq += 1
+        return obj
 
     def envelope(self, status: str, output: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         return {
@@ -128,6 +206,7 @@ class ResponsesSink:
             "object": "response",
             "created_at": self.created_at,
             "status": status,
+            "background": self.background,
             "model": self.model,
             "output": output or [],
             "parallel_tool_calls": True,
@@ -141,7 +220,7 @@ class ResponsesSink:
     def _message(self, status: str) -> dict[str, Any]:
         content = (
             [{"type": "output_text", "text": "".join(self._text), "annotations": []}]
-            if status == "completed"
+            if status != "in_progress"
             else []
         )
         return {
@@ -152,69 +231,55 @@ class ResponsesSink:
             "content": content,
         }
 
-    def start(self) -> bytes:
-        env = self.envelope("in_progress")
-        return b"".join(
-            [
-                self._ev("response.created", response=env),
-                self._ev("response.in_progress", response=env),
-                self._ev(
-                    "response.output_item.added", output_index=0, item=self._message("in_progress")
-                ),
-                self._ev(
-                    "response.content_part.added",
-                    item_id=self.msg_id,
-                    output_index=0,
-                    content_index=0,
-                    part={"type": "output_text", "text": "", "annotations": []},
-                ),
-            ]
-        )
+    # -- event objects -------------------------------------------------------------
 
-    def keepalive(self) -> bytes:
-        return encode_comment()
+    def start_events(self) -> list[dict[str, Any]]:
+        env = self.envelope("queued" if self.background else "in_progress")
+        part = {"type": "output_text", "text": "", "annotations": []}
+        return [
+            self._ev("response.created", response=env),
+            self._ev("response.in_progress", response=self.envelope("in_progress")),
+            self._ev(
+                "response.output_item.added", output_index=0, item=self._message("in_progress")
+            ),
+            self._ev(
+                "response.content_part.added",
+                item_id=self.msg_id,
+                output_index=0,
+                content_index=0,
+                part=part,
+            ),
+        ]
 
-    def batch(self, outs: list[Out]) -> bytes:
-        parts: list[bytes] = []
-        for out in outs:
-            if isinstance(out, Named):
-                continue  # unknown upstream events are not part of the Responses protocol
-            if isinstance(out.get("usage"), dict):
-                self.usage = usage_from_chat(out["usage"])
-            for choice in out.get("choices") or ():
-                if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                    continue
-                delta = choice.get("delta") or {}
-                text = delta.get("content")
-                if isinstance(text, str) and text:
-                    self._text.append(text)
-                    parts.append(
-                        self._ev(
-                            "response.output_text.delta",
-                            item_id=self.msg_id,
-                            output_index=0,
-                            content_index=0,
-                            delta=text,
-                        )
+    def events(self, events: list[Event]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for ev in events:
+            if type(ev) is Text and ev.choice == 0 and ev.channel == "content":
+                self._text.append(ev.text)
+                out.append(
+                    self._ev(
+                        "response.output_text.delta",
+                        item_id=self.msg_id,
+                        output_index=0,
+                        content_index=0,
+                        delta=ev.text,
                     )
-                for call in delta.get("tool_calls") or ():
-                    if isinstance(call, dict):
-                        parts.extend(self._tool_delta(call))
-        return b"".join(parts)
+                )
+            elif type(ev) is ToolCall and ev.choice == 0:
+                out.extend(self._tool(ev))
+            elif type(ev) is Usage:
+                self.usage = usage_from_chat(ev.usage)
+            elif type(ev) is Finish and ev.choice == 0:
+                self._reason = ev.reason
+        return out
 
-    def _tool_delta(self, call: dict[str, Any]) -> list[bytes]:
-        idx = call.get("index", 0)
-        fn = call.get("function") or {}
-        out: list[bytes] = []
-        state = self._calls.get(idx)
+    def _tool(self, ev: ToolCall) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        state = self._calls.get(ev.index)
         if state is None:
-            state = _Call(
-                self._next_index,
-                call.get("id") or "call_" + secrets.token_hex(8),
-                fn.get("name") or "",
-            )
+            call_id = ev.id or "call_" + secrets.token_hex(8)
+            state = self._calls[ev.index] = _Call(self._next_index, call_id, ev.name or "")
             self._next_index += 1
-            self._calls[idx] = state
             out.append(
                 self._ev(
                     "response.output_item.added",
@@ -222,111 +287,94 @@ class ResponsesSink:
                     item=state.item("in_progress"),
                 )
             )
-        args = fn.get("arguments")
-        if isinstance(args, str) and args:
-            state.arguments.append(args)
+        if ev.arguments:
+            state.arguments.append(ev.arguments)
             out.append(
                 self._ev(
                     "response.function_call_arguments.delta",
                     item_id=state.item_id,
                     output_index=state.output_index,
-                    delta=args,
+                    delta=ev.arguments,
                 )
             )
         return out
 
-    def _close_items(self) -> tuple[list[bytes], list[dict[str, Any]]]:
-        parts: list[bytes] = []
+    def _close_items(self, status: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         text = "".join(self._text)
         part = {"type": "output_text", "text": text, "annotations": []}
-        parts.append(
-            self._ev(
-                "response.output_text.done",
-                item_id=self.msg_id,
-                output_index=0,
-                content_index=0,
-                text=text,
-            )
-        )
-        parts.append(
-            self._ev(
-                "response.content_part.done",
-                item_id=self.msg_id,
-                output_index=0,
-                content_index=0,
-                part=part,
-            )
-        )
-        message = self._message("completed")
-        parts.append(self._ev("response.output_item.done", output_index=0, item=message))
+        ids = {"item_id": self.msg_id, "output_index": 0, "content_index": 0}
+        message = self._message(status)
+        out = [
+            self._ev("response.output_text.done", **ids, text=text),
+            self._ev("response.content_part.done", **ids, part=part),
+            self._ev("response.output_item.done", output_index=0, item=message),
+        ]
         output = [message]
         for call in sorted(self._calls.values(), key=lambda c: c.output_index):
-            args = "".join(call.arguments)
-            parts.append(
+            out.append(
                 self._ev(
                     "response.function_call_arguments.done",
                     item_id=call.item_id,
                     output_index=call.output_index,
-                    arguments=args,
+                    arguments="".join(call.arguments),
                 )
             )
             item = call.item("completed")
-            parts.append(
+            out.append(
                 self._ev("response.output_item.done", output_index=call.output_index, item=item)
             )
             output.append(item)
-        return parts, output
+        return out, output
 
-    async def end(self, pipeline: ChatPipeline) -> bytes:
-        flushed = self.batch(list(await pipeline.finish()))
-        parts, output = self._close_items()
-        env = self.envelope("completed", output)
+    def end_events(self, events: list[Event], manifest: dict[str, Any]) -> list[dict[str, Any]]:
+        out = self.events(events)
+        incomplete = _INCOMPLETE.get(self._reason or "")
+        status = "incomplete" if incomplete else "completed"
+        closing, output = self._close_items(status)
+        env = self.envelope(status, output)
         env["usage"] = self.usage
         env["output_text"] = "".join(self._text)
-        env["gateway"] = pipeline.resolver.manifest()
+        env["gateway"] = manifest
+        if incomplete:
+            env["incomplete_details"] = {"reason": incomplete}
         self.final = env
-        return flushed + b"".join(parts) + self._ev("response.completed", response=env)
+        return [*out, *closing, self._ev(f"response.{status}", response=env)]
 
-    async def fail(self, pipeline: ChatPipeline, code: str, message: str) -> bytes:
-        flushed = self.batch(list(await pipeline.finish(failed=True)))
+    def fail_events(
+        self, events: list[Event], error: GatewayError, manifest: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        out = self.events(events)
         env = self.envelope("failed", [self._message("incomplete")])
-        env["error"] = {"code": code, "message": message}
+        env["error"] = {"code": error.code, "message": error.message}
         env["output_text"] = "".join(self._text)
-        env["gateway"] = pipeline.resolver.manifest()
+        env["gateway"] = manifest
         self.final = env
-        return flushed + self._ev("response.failed", response=env)
+        return [*out, self._ev("response.failed", response=env)]
+
+    def cancel_events(self, events: list[Event], manifest: dict[str, Any]) -> list[dict[str, Any]]:
+        out = self.events(events)
+        env = self.envelope("cancelled", [self._message("incomplete")])
+        env["output_text"] = "".join(self._text)
+        env["gateway"] = manifest
+        self.final = env
+        return [*out, self._ev("response.cancelled", response=env)]
+
+    # -- SSE (a live stream) -------------------------------------------------------
+
+    def start(self) -> bytes:
+        return response_sse(self.start_events())
+
+    def keepalive(self) -> bytes:
+        return encode_comment()
+
+    def encode(self, events: list[Event]) -> bytes:
+        return response_sse(self.events(events))
+
+    def end(self, events: list[Event], manifest: dict[str, Any]) -> bytes:
+        return response_sse(self.end_events(events, manifest))
+
+    def fail(self, events: list[Event], error: GatewayError, manifest: dict[str, Any]) -> bytes:
+        return response_sse(self.fail_events(events, error, manifest))
 
     def text(self) -> str:
         return "".join(self._text)
-
-
-def response_from_completion(
-    sink: ResponsesSink, completion: dict[str, Any], manifest: dict[str, Any]
-) -> dict[str, Any]:
-    """A non-streaming Responses object from a (rewritten) chat completion."""
-    text = ""
-    output: list[dict[str, Any]] = []
-    for choice in completion.get("choices") or ():
-        if isinstance(choice, dict) and choice.get("index", 0) == 0:
-            msg = choice.get("message") or {}
-            text = msg.get("content") or ""
-            for i, call in enumerate(msg.get("tool_calls") or ()):
-                fn = call.get("function") or {}
-                output.append(
-                    {
-                        "id": f"fc_{i}_{sink.response_id[-8:]}",
-                        "type": "function_call",
-                        "status": "completed",
-                        "call_id": call.get("id") or f"call_{i}",
-                        "name": fn.get("name") or "",
-                        "arguments": fn.get("arguments") or "",
-                    }
-                )
-    sink._text = [text]
-    message = sink._message("completed")
-    env = sink.envelope("completed", [message, *output])
-    env["usage"] = usage_from_chat(completion.get("usage"))
-    env["output_text"] = text
-    env["gateway"] = manifest
-    sink.final = env
-    return env

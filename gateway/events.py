@@ -1,0 +1,128 @@
+"""The neutral events: what the pipeline hands to every front (sans-IO, immutable).
+
+The pipeline (:mod:`gateway.pipeline`) reads upstream chat-completion chunks, checks
+every value by shape, rewrites every string and emits these small typed events; the
+fronts (:mod:`gateway.fronts`) are synchronous encoders of them into one wire format
+each. Nothing an upstream sends reaches a client except through one of these events,
+so what a client can receive is exactly what this module can express (the output
+allowlist).
+
+* :class:`Meta`: the stream's identity (chunk ``id``, ``created``, ``model``,
+  ``system_fingerprint``), emitted when it first becomes known and when it changes;
+* :class:`Role`, :class:`Text` (one channel of one choice: ``content``,
+  ``reasoning_content``, ``reasoning`` or ``refusal``), :class:`ToolCall` (a tool-call
+  delta: id and name once, arguments in pieces), :class:`Logprobs`, :class:`Finish`;
+* :class:`Usage` (token counts, integers only);
+* :class:`Extra` (top-level keys the operator listed in ``[output] extra_chunk_keys``,
+  every string rewritten);
+* :class:`Named`: an unknown named SSE event (``event: hermes.tool.progress``) whose
+  name is checked by shape and whose data has every string rewritten.
+
+A stream that fails ends with a :class:`gateway.errors.GatewayError`, not an event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "TEXT_CHANNELS",
+    "Event",
+    "Extra",
+    "Finish",
+    "Logprobs",
+    "Meta",
+    "Named",
+    "Role",
+    "Text",
+    "ToolCall",
+    "Usage",
+]
+
+#: the text channels of a choice's delta, rewritten as streams
+TEXT_CHANNELS = ("content", "reasoning_content", "reasoning", "refusal")
+
+
+@dataclass(frozen=True, slots=True)
+class Meta:
+    """The identity of the stream's chunks (each value checked by shape or rewritten)."""
+
+    id: str = "chatcmpl-gateway"
+    created: int = 0
+    model: str = ""
+    system_fingerprint: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    """A choice announced its role (``assistant``, ...)."""
+
+    choice: int
+    role: str
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """Rewritten text of one channel of one choice, safe to emit now."""
+
+    choice: int
+    channel: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool-call delta: ``id``/``name`` when first seen, then argument pieces.
+
+    ``legacy`` marks the pre-tools ``function_call`` form (one call per choice).
+    """
+
+    choice: int
+    index: int
+    arguments: str = ""
+    id: str | None = None
+    name: str | None = None
+    legacy: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Logprobs:
+    """Log-probability of rewritten text (one entry per delta, never upstream's tokens)."""
+
+    choice: int
+    text: str
+    logprob: float
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """A choice finished; ``reason`` is one of the known finish reasons."""
+
+    choice: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts (integers, and dicts of integers for the ``*_details`` keys)."""
+
+    usage: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Extra:
+    """Operator-listed top-level keys of one chunk, every string rewritten."""
+
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Named:
+    """An unknown named upstream event, its name checked and its strings rewritten."""
+
+    name: str
+    data: dict[str, Any]
+
+
+Event = Meta | Role | Text | ToolCall | Logprobs | Finish | Usage | Extra | Named

@@ -1,0 +1,264 @@
+"""The Open WebUI runs proxy (``gateway proxy``): identity and link mode in, chat out.
+
+Open WebUI calls this service as an OpenAI-compatible connection. For each chat
+request the proxy
+
+1. authenticates Open WebUI by one of ``proxy.client_keys``;
+2. learns the user (:mod:`gateway.proxy.identity`) and the owner ``openwebui:<id>``;
+3. takes ``download_link_mode`` from the top-level body field (where Open WebUI's
+   per-model custom params and filters put it) or ``metadata.hermes`` (direct API
+   clients), validated; no identity with a private mode is a 400 (a private link
+   nobody could open helps no one);
+4. streams: starts a run on the gateway with its proxy key, asserting owner and mode,
+   and relays the run's events through the one relay (:mod:`gateway.proxy.stream`)
+   into chat chunks shaped for Open WebUI (:mod:`gateway.fronts.openwebui`);
+   not streamed (Open WebUI's background tasks — titles, tags, follow-ups): one
+   non-streaming chat completion on the gateway with ``X-Gateway-Links: names``, so a
+   title never gets a link or a note, only file names.
+
+Client disconnect stops the run on the gateway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import trio
+from quart import Response, request
+
+from gateway import __version__
+from gateway.config import Config
+from gateway.errors import AuthError, GatewayError, RequestError, UpstreamError
+from gateway.fronts.chat import SAMPLING_KEYS, validate_chat_body
+from gateway.fronts.openwebui import OpenWebUIEncoder
+from gateway.proxy.identity import Identity, identify, identity_hint, requested_mode
+from gateway.proxy.stream import RemoteRunSource, RunEventStage, gateway_error
+from gateway.relay import Relay, RelayOptions
+from gateway.rewrite import rewrite
+from gateway.shapes import check_id, check_usage, loads_bounded
+from gateway.state import extra_roots
+from gateway.upstream import new_client
+from gateway.web import (
+    ChannelBody,
+    ServiceApp,
+    bearer_token,
+    install_common,
+    json_body,
+    json_response,
+    max_json_depth,
+    sse_response,
+)
+
+__all__ = ["ProxyApp", "ProxyState", "create_proxy_app"]
+
+
+@dataclass
+class ProxyState:
+    config: Config
+    client: httpx.AsyncClient
+    draining: trio.Event = field(default_factory=trio.Event)
+    clock: Callable[[], float] = time.time
+
+    @property
+    def extra_roots(self) -> tuple[str, ...]:
+        return extra_roots(self.config)
+
+    def scrub(self, text: str) -> str:
+        return rewrite(
+            text, extra_roots=self.extra_roots, max_path_chars=self.config.limits.max_path_chars
+        )
+
+    def gateway_headers(
+        self, owner: str | None = None, mode: str | None = None, *, names: bool = False
+    ) -> dict[str, str]:
+        h = {"Authorization": f"Bearer {self.config.proxy.gateway_key}"}
+        if owner is not None:
+            h["X-Gateway-Owner"] = owner
+        if mode is not None:
+            h["X-Gateway-Link-Mode"] = mode
+        if names:
+            h["X-Gateway-Links"] = "names"
+        return h
+
+    def relay_options(self) -> RelayOptions:
+        return RelayOptions(
+            keepalive_seconds=self.config.server.keepalive_seconds,
+            idle_timeout_seconds=float("inf"),  # the gateway's run bounds the silence
+            draining=self.draining,
+        )
+
+
+class ProxyApp(ServiceApp):
+    proxy: ProxyState
+
+
+def _gateway_down(exc: Exception) -> UpstreamError:
+    return UpstreamError(
+        "The artifact gateway behind this proxy is not answering; check that `gateway run` is up.",
+        code="gateway_unreachable",
+    )
+
+
+def create_proxy_app(
+    config: Config,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    clock: Callable[[], float] = time.time,
+) -> ProxyApp:
+    app = ProxyApp("gateway-proxy")
+    install_common(app, config.server.max_body_bytes, "proxy")
+    client = new_client(
+        connect_timeout=10.0, transport=transport, base_url=config.proxy.gateway_url
+    )
+    ps = ProxyState(config, client, clock=clock)
+    app.proxy = ps
+    client_keys = {hashlib.sha256(k.encode()).digest() for k in config.proxy.client_keys}
+
+    def authenticate() -> None:
+        if not request.headers.get("Authorization"):
+            raise AuthError(
+                "Missing bearer key: send 'Authorization: Bearer <key>'.", code="missing_api_key"
+            )
+        token = bearer_token(request.headers)
+        if token is None or hashlib.sha256(token.encode()).digest() not in client_keys:
+            raise AuthError(
+                "The bearer key is not one of proxy.client_keys.", code="invalid_api_key"
+            )
+
+    @app.after_serving
+    async def _close() -> None:
+        await client.aclose()
+
+    @app.get("/health")
+    async def health() -> Response:
+        try:
+            r = await client.get("/health", timeout=2.0)
+            gw = "ok" if r.status_code == 200 else f"http {r.status_code}"
+        except httpx.HTTPError:
+            gw = "unreachable"
+        body = {"status": "ok", "version": __version__, "gateway": gw}
+        return json_response({**body, "draining": ps.draining.is_set()})
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        authenticate()
+        try:
+            r = await client.get("/v1/models", headers=ps.gateway_headers())
+        except httpx.HTTPError as exc:
+            raise _gateway_down(exc) from exc
+        if r.status_code != 200:
+            raise await gateway_error(r, ps.scrub)
+        return json_response(_models(loads_bounded(r.content, 16), ps.scrub))
+
+    @app.post("/v1/chat/completions")
+    async def chat() -> Response:
+        authenticate()
+        body = await json_body(max_json_depth(config))
+        stream = validate_chat_body(body)
+        ident = identify(request.headers, config, ps.clock())
+        request.scope["gateway.principal"] = ident.owner or "-"  # type: ignore[typeddict-unknown-key]
+        mode = requested_mode(body) or config.artifacts.default_link_mode
+        if not stream:
+            return await _background_task(ps, body, ident, mode)
+        if ident.owner is None and mode == "private":
+            raise RequestError(identity_hint(config), code="identity_required")
+        return await _stream(ps, body, ident.owner or "openwebui:anonymous", mode)
+
+    return app
+
+
+def _models(data: Any, scrub: Callable[[str], str]) -> dict[str, Any]:
+    """The gateway's model list, again field by field (it already is; defence in depth)."""
+    items = data.get("data") if isinstance(data, dict) else None
+    out = []
+    for m in items if isinstance(items, list) else ():
+        if isinstance(m, dict) and isinstance(m.get("id"), str):
+            entry: dict[str, Any] = {"id": scrub(m["id"]), "object": "model"}
+            for key in ("created", "owned_by"):
+                value = m.get(key)
+                if isinstance(value, str):
+                    entry[key] = scrub(value)
+                elif isinstance(value, int) and not isinstance(value, bool):
+                    entry[key] = value
+            out.append(entry)
+    return {"object": "list", "data": out}
+
+
+async def _stream(ps: ProxyState, body: dict[str, Any], owner: str, mode: str) -> Response:
+    run_body = {"model": body["model"], "messages": body["messages"]}
+    # Open WebUI's per-model params (temperature, max_tokens...) reach the upstream
+    run_body.update({k: body[k] for k in SAMPLING_KEYS if k in body})
+    try:
+        r = await ps.client.post("/v1/runs", json=run_body, headers=ps.gateway_headers(owner, mode))
+    except httpx.HTTPError as exc:
+        raise _gateway_down(exc) from exc
+    if r.status_code != 202:
+        raise await gateway_error(r, ps.scrub)
+    run_id = loads_bounded(r.content, 16)["run_id"]
+    cfg = ps.config
+    source = RemoteRunSource(ps.client, run_id, ps.gateway_headers(owner), scrub=ps.scrub)
+    stage = RunEventStage(
+        mode,
+        base_url=cfg.server.public_base_url,
+        extra_roots=ps.extra_roots,
+        max_path_chars=cfg.limits.max_path_chars,
+    )
+    front = OpenWebUIEncoder(body["model"], mode)
+    relay: Relay[Any, Any, bytes] = Relay(source, stage, front, ps.relay_options())
+    return sse_response(ChannelBody(relay))
+
+
+async def _background_task(
+    ps: ProxyState, body: dict[str, Any], ident: Identity, mode: str
+) -> Response:
+    """A non-streamed request (Open WebUI's titles, tags, follow-ups): file names only."""
+    owner = ident.owner or "openwebui:anonymous"
+    fwd = {k: body[k] for k in ("model", "messages", *SAMPLING_KEYS) if k in body}
+    try:
+        r = await ps.client.post(
+            "/v1/chat/completions",
+            json={**fwd, "stream": False},
+            headers=ps.gateway_headers(owner, mode, names=True),
+            timeout=httpx.Timeout(10.0, read=ps.config.upstream.idle_timeout_seconds),
+        )
+    except httpx.HTTPError as exc:
+        raise _gateway_down(exc) from exc
+    if r.status_code != 200:
+        raise await gateway_error(r, ps.scrub)
+    data = loads_bounded(r.content, max_json_depth(ps.config))
+    return json_response(_completion(data, body["model"], ps.scrub))
+
+
+def _completion(data: Any, model: str, scrub: Callable[[str], str]) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise GatewayError(
+            "The gateway's answer is not JSON.", code="gateway_bad_response", status=502
+        )
+    choices: list[dict[str, Any]] = []
+    for c in data.get("choices") or ():
+        msg = c.get("message") if isinstance(c, dict) else None
+        text = msg.get("content") if isinstance(msg, dict) else None
+        choices.append(
+            {
+                "index": len(choices),
+                "message": {
+                    "role": "assistant",
+                    "content": scrub(text) if isinstance(text, str) else "",
+                },
+                "finish_reason": "stop",
+            }
+        )
+    return {
+        "id": check_id(data.get("id")) or "chatcmpl-proxy",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices
+        or [{"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}],
+        "usage": check_usage(data.get("usage")),
+    }

@@ -1,0 +1,270 @@
+"""The proxy's stream: the gateway's run events → neutral events, through the one relay.
+
+* :class:`RemoteRunSource` reads ``GET /v1/runs/{id}/events`` from the gateway (SSE),
+  resumes with ``Last-Event-ID`` after a broken connection (a few tries with backoff),
+  drops events it has already seen, and — when the client leaves before the run ended
+  — stops the run on the gateway.
+* :class:`RunEventStage` turns run events into neutral events with its own name-only
+  rewriter (defence in depth: a gateway bug still cannot leak a path through the
+  proxy), takes the manifest from ``run.completed`` (checked field by field) and turns
+  ``run.failed`` / ``run.cancelled`` into the error that ends the stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import trio
+
+from gateway.errors import GatewayError, UpstreamError
+from gateway.events import Event, Text, Usage
+from gateway.paths import DEFAULT_MAX_PATH_CHARS
+from gateway.rewrite import StreamRewriter, rewrite
+from gateway.shapes import check_id, check_usage, loads_bounded
+from gateway.sse import SSEDecoder
+
+__all__ = ["RemoteRunSource", "RunEventStage", "gateway_error"]
+
+_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+def _gateway_down() -> UpstreamError:
+    return UpstreamError(
+        "The artifact gateway behind this proxy is not answering; check that `gateway run` is up.",
+        code="gateway_unreachable",
+    )
+
+
+async def gateway_error(resp: httpx.Response, scrub: Any = rewrite) -> GatewayError:
+    """The gateway's error answer as an error of the proxy (its key refused → 502)."""
+    if resp.status_code in (401, 403):
+        # The gateway refused *our* key (or its assertions): passing its 401 on would
+        # tell Open WebUI that its own connection key is wrong.
+        return UpstreamError(
+            "The artifact gateway refused this proxy's key; check that proxy.gateway_key "
+            'is a role = "proxy" key in the gateway\'s [[auth.keys]].',
+            code="gateway_auth_failed",
+        )
+    err: dict[str, Any] = {}
+    with contextlib.suppress(ValueError, httpx.HTTPError):
+        data = loads_bounded(await resp.aread(), 16)
+        if isinstance(data, dict) and isinstance(data.get("error"), dict):
+            err = data["error"]
+    raw_code = err.get("code")
+    code = raw_code if isinstance(raw_code, str) and _CODE.fullmatch(raw_code) else ""
+    code = code or f"gateway_http_{resp.status_code}"
+    message = scrub(str(err.get("message") or "The gateway refused the request.")[:500])
+    status = resp.status_code if 400 <= resp.status_code < 500 else 502
+    return GatewayError(message, code=code, status=status)
+
+
+class RemoteRunSource:
+    """A run's events from the gateway, resumed after a broken connection."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        run_id: str,
+        headers: dict[str, str],
+        *,
+        max_failures: int = 3,
+        max_event_bytes: int = 1 << 20,
+        scrub: Any = rewrite,
+    ) -> None:
+        self._client = client
+        self._run_id = run_id
+        self._headers = headers
+        self._max_failures = max_failures
+        self._max_event_bytes = max_event_bytes
+        self._scrub = scrub
+        self._resp: httpx.Response | None = None
+        self._chunks: Any = None
+        self._decoder = SSEDecoder(max_event_bytes=max_event_bytes)
+        self.last_seq = 0
+        self.ended = False  # the terminal event was seen
+        self._failures = 0
+
+    async def _open(self) -> None:
+        req = self._client.build_request(
+            "GET",
+            f"/v1/runs/{self._run_id}/events",
+            headers={**self._headers, "Last-Event-ID": str(self.last_seq)},
+        )
+        try:
+            resp = await self._client.send(req, stream=True)
+        except httpx.HTTPError as exc:
+            raise _gateway_down() from exc
+        if resp.status_code != 200:
+            try:
+                raise await gateway_error(resp, self._scrub)
+            finally:
+                await resp.aclose()
+        self._resp = resp
+        self._chunks = resp.aiter_raw()
+        self._decoder = SSEDecoder(max_event_bytes=self._max_event_bytes)
+
+    async def _broken(self, why: str) -> None:
+        await self._close_response()
+        self._failures += 1
+        if self._failures >= self._max_failures:
+            raise UpstreamError(why, code="gateway_disconnected")
+        await trio.sleep(0.2 * self._failures)
+
+    async def read(self) -> list[dict[str, Any]] | None:
+        while True:
+            if self.ended:
+                return None
+            if self._resp is None:
+                try:
+                    await self._open()
+                except UpstreamError:
+                    await self._broken("The artifact gateway could not be reached again.")
+                    continue
+            try:
+                data = await self._chunks.__anext__()
+            except StopAsyncIteration:
+                await self._broken("The artifact gateway ended the stream early.")
+                continue
+            except httpx.HTTPError:
+                await self._broken(
+                    "The connection to the artifact gateway broke and could not be resumed."
+                )
+                continue
+            return self._events(data)
+
+    def _events(self, data: bytes) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for ev in self._decoder.feed(data):
+            try:
+                obj = loads_bounded(ev.data, 64)
+            except ValueError:
+                continue
+            seq = obj.get("seq") if isinstance(obj, dict) else None
+            if not isinstance(seq, int) or seq <= self.last_seq:
+                continue
+            self.last_seq = seq
+            out.append(obj)
+            if obj.get("event") in ("run.completed", "run.failed", "run.cancelled"):
+                self.ended = True
+                break
+        return out
+
+    async def _close_response(self) -> None:
+        resp, self._resp = self._resp, None
+        if resp is not None:
+            with trio.move_on_after(2) as scope:
+                scope.shield = True
+                with contextlib.suppress(Exception):
+                    await resp.aclose()
+
+    async def aclose(self) -> None:
+        await self._close_response()
+        if not self.ended:
+            self.ended = True
+            with trio.move_on_after(2) as scope:  # the client left: stop the run
+                scope.shield = True
+                with contextlib.suppress(httpx.HTTPError):
+                    await self._client.post(f"/v1/runs/{self._run_id}/stop", headers=self._headers)
+
+
+@dataclass
+class Step:
+    events: list[Event]
+    done: bool = False
+
+
+def _manifest_entry(a: Any, base_url: str, scrub: Any) -> dict[str, Any] | None:
+    if not isinstance(a, dict):
+        return None
+    url, artifact_id, size = a.get("url"), check_id(a.get("id")), a.get("bytes")
+    if not isinstance(url, str) or not url.startswith(base_url + "/v1/artifacts/"):
+        return None
+    if artifact_id is None or not isinstance(size, int) or isinstance(size, bool):
+        return None
+    mode = a.get("link_mode") if a.get("link_mode") in ("private", "public") else "private"
+    name = scrub(str(a.get("filename") or "file"))[:255]
+    return {"id": artifact_id, "filename": name, "url": url, "link_mode": mode, "bytes": size}
+
+
+class RunEventStage:
+    """Run events → neutral events (name-only rewriting); done at ``run.completed``."""
+
+    def __init__(
+        self,
+        mode: str,
+        *,
+        base_url: str,
+        extra_roots: tuple[str, ...] = (),
+        max_path_chars: int = DEFAULT_MAX_PATH_CHARS,
+    ) -> None:
+        self.mode = mode
+        self.base_url = base_url.rstrip("/")
+        self._roots = extra_roots
+        self._limit = max_path_chars
+        self._rw = StreamRewriter(extra_roots=extra_roots, max_path_chars=max_path_chars)
+        self._manifest: dict[str, Any] = {"download_link_mode": mode, "artifacts": []}
+        self.text: list[str] = []
+
+    @property
+    def held_chars(self) -> int:
+        return self._rw.held_chars
+
+    def scrub(self, text: str) -> str:
+        return rewrite(text, extra_roots=self._roots, max_path_chars=self._limit)
+
+    async def feed(self, item: list[dict[str, Any]]) -> Step:
+        events: list[Event] = []
+        for ev in item:
+            kind = ev.get("event")
+            if kind == "message.delta" and isinstance(ev.get("delta"), str):
+                text = self._rw.feed(ev["delta"])
+                if text:
+                    self.text.append(text)
+                    events.append(Text(0, "content", text))
+            elif kind == "run.completed":
+                self._take_manifest(ev.get("gateway"))
+                usage = check_usage(ev.get("usage"))
+                if usage is not None:
+                    events.append(Usage(usage))
+                return Step(events, done=True)
+            elif kind in ("run.failed", "run.cancelled"):
+                self._take_manifest(ev.get("gateway"))
+                raise self._error(ev)
+        return Step(events)
+
+    def _take_manifest(self, value: Any) -> None:
+        arts = value.get("artifacts") if isinstance(value, dict) else None
+        entries = [_manifest_entry(a, self.base_url, self.scrub) for a in arts or ()]
+        self._manifest = {
+            "download_link_mode": self.mode,
+            "artifacts": [e for e in entries if e is not None],
+        }
+
+    def _error(self, ev: dict[str, Any]) -> GatewayError:
+        if ev.get("event") == "run.cancelled":
+            return GatewayError("The run was stopped.", code="run_cancelled", status=499)
+        raw = ev.get("error")
+        err: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        raw_code = err.get("code")
+        code = raw_code if isinstance(raw_code, str) and _CODE.fullmatch(raw_code) else "run_failed"
+        message = self.scrub(str(err.get("message") or "The run failed.")[:500])
+        return GatewayError(message, code=code, status=502)
+
+    async def finish(self, *, failed: bool = False) -> list[Event]:
+        rest = self._rw.flush()
+        if rest:
+            self.text.append(rest)
+            return [Text(0, "content", rest)]
+        return []
+
+    def manifest(self) -> dict[str, Any]:
+        return self._manifest
+
+
+def decode_json(data: bytes) -> Any:
+    return json.loads(data)

@@ -1,0 +1,47 @@
+"""``/health``, ``/health/ready``, ``/metrics`` and ``/v1/models``."""
+
+from __future__ import annotations
+
+import trio
+from quart import Blueprint, Response
+
+from gateway import __version__
+from gateway.metrics import CONTENT_TYPE
+from gateway.routes._common import authenticate
+from gateway.state import current
+from gateway.web import json_response
+
+bp = Blueprint("health", __name__)
+
+
+@bp.get("/health")
+async def health() -> Response:
+    return json_response({"status": "ok", "version": __version__})
+
+
+@bp.get("/health/ready")
+async def ready() -> Response:
+    st = current()
+    upstream_ok = await st.upstream.reachable()
+    store_ok = await trio.to_thread.run_sync(st.store.check_writable)
+    checks = {
+        "upstream": "ok" if upstream_ok else "unreachable",
+        "store": "ok" if store_ok else "not writable",
+        "draining": st.draining.is_set(),
+    }
+    ok = upstream_ok and store_ok and not st.draining.is_set()
+    return json_response(
+        {"status": "ready" if ok else "unready", "version": __version__, "checks": checks},
+        200 if ok else 503,
+    )
+
+
+@bp.get("/metrics")
+async def metrics() -> Response:
+    return Response(current().metrics.render(), content_type=CONTENT_TYPE)
+
+
+@bp.get("/v1/models")
+async def models() -> Response:
+    authenticate()
+    return json_response(await current().upstream.models())

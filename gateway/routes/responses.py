@@ -1,0 +1,253 @@
+"""The Responses API: ``POST /v1/responses`` (live, stored, background), get, cancel, delete.
+
+A live response streams through the relay with :class:`ResponsesEncoder`; ``store``
+(default true) keeps the final response object and its conversation for
+``previous_response_id``. ``background: true`` runs it as a journaled run of kind
+``response``: ``GET /v1/responses/{id}`` returns its state, ``?stream=true&
+starting_after=N`` replays its events after ``sequence_number`` N and follows them
+live (on any instance sharing the journal), ``POST /v1/responses/{id}/cancel`` stops
+it. Every read is scoped to the owner.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Any
+
+import trio
+from quart import Blueprint, Response, current_app, request
+
+from gateway.auth import Caller, effective_link_mode
+from gateway.errors import NotFound, RequestError
+from gateway.fronts.responses import (
+    ResponsesEncoder,
+    new_response_id,
+    upstream_responses_body,
+    validate_responses_body,
+)
+from gateway.history import prepare_messages
+from gateway.routes._common import (
+    authenticate,
+    body,
+    open_upstream,
+    relay_response,
+    stream_pipeline,
+)
+from gateway.runs import RunRecord
+from gateway.sessions import session_id_from
+from gateway.state import GatewayState, current
+from gateway.web import json_response
+
+bp = Blueprint("responses", __name__)
+ROUTE = "/v1/responses"
+KIND = "response"
+
+
+def _not_found() -> NotFound:
+    return NotFound("No such stored response, or it is not yours.", code="response_not_found")
+
+
+async def _history(st: GatewayState, owner: str, b: dict[str, Any]) -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = []
+    prev_id = b.get("previous_response_id")
+    if prev_id is not None:
+        if not isinstance(prev_id, str):
+            raise RequestError("'previous_response_id' must be a string.", code="invalid_request")
+        prev = await trio.to_thread.run_sync(st.store.get_json, KIND, owner, prev_id)
+        if prev is None:
+            raise _not_found()
+        history.extend(prev.get("messages", []))
+    sid = session_id_from(request.headers.get("X-Session-Id"), b)
+    if sid is not None:
+        history.extend(await st.sessions.history(owner, sid))
+    return history
+
+
+def _expiry(st: GatewayState) -> float | None:
+    ttl = float(getattr(getattr(st.config, "retention", None), "responses_seconds", 0) or 0)
+    return time.time() + ttl if ttl > 0 else None
+
+
+async def _keep(
+    st: GatewayState,
+    owner: str,
+    b: dict[str, Any],
+    messages: list[dict[str, Any]],
+    turn: tuple[str | None, list[dict[str, Any]]],
+    front: ResponsesEncoder,
+) -> None:
+    """Store the response (``store``) and the session turn, once the answer is final."""
+    text = front.text()
+    final = front.final
+    if b.get("store", True) and final is not None:
+        doc = {"response": final, "messages": [*messages, {"role": "assistant", "content": text}]}
+        put = partial(st.store.put_json, KIND, owner, front.response_id, doc, expires=_expiry(st))
+        await trio.to_thread.run_sync(put)
+    sid, new = turn
+    if sid is not None and final is not None and final["status"] != "failed":
+        await st.sessions.append(owner, sid, new, text)
+
+
+@bp.post(ROUTE)
+async def create_response() -> Response:
+    st = current()
+    caller = authenticate()
+    b = await body()
+    stream, _store, new = validate_responses_body(b)
+    background = b.get("background", False)
+    if not isinstance(background, bool):
+        raise RequestError("'background' must be true or false.", code="invalid_request")
+    mode = effective_link_mode(caller, b, st.config.artifacts.default_link_mode)
+    history = await _history(st, caller.owner, b)
+    messages = await prepare_messages(st, caller.owner, [*history, *new])
+    pid = st.signer.principal_id(caller.owner)
+    pipeline = st.pipeline(st.resolver(caller.owner, mode, names_only=caller.names_only))
+    rid = new_response_id()
+    if background:
+        turn = (session_id_from(request.headers.get("X-Session-Id"), b), new)
+        return await _background(st, caller, b, rid, messages, turn, pid, mode, stream)
+    front = ResponsesEncoder(rid, b["model"])
+    turn = (session_id_from(request.headers.get("X-Session-Id"), b), new)
+
+    async def keep(outcome: object) -> None:
+        await _keep(st, caller.owner, b, messages, turn, front)
+
+    if not stream:
+        ubody = upstream_responses_body(b, messages, pid, stream=False)
+        data = await st.upstream.chat(ubody, pid)
+        events = [*await pipeline.completion(data), *await pipeline.finish()]
+        front.start_events()
+        front.end_events(events, pipeline.manifest())
+        st.count_rewrites(pipeline)
+        await keep("completed")
+        assert front.final is not None
+        return json_response(front.final)
+    resp = await open_upstream(st, upstream_responses_body(b, messages, pid, stream=True), pid)
+    return stream_pipeline(st, ROUTE, resp, pipeline, front, st.relay_options(on_outcome=keep))
+
+
+async def _background(
+    st: GatewayState,
+    caller: Caller,
+    b: dict[str, Any],
+    rid: str,
+    messages: list[dict[str, Any]],
+    turn: tuple[str | None, list[dict[str, Any]]],
+    pid: str,
+    mode: str,
+    stream: bool,
+) -> Response:
+    front = ResponsesEncoder(rid, b["model"], background=True)
+    rec = RunRecord(rid, caller.owner, b["model"], mode, kind=KIND)
+    await st.runs.create(rec)
+    pipeline = st.pipeline(st.resolver(caller.owner, mode, names_only=caller.names_only))
+    ubody = upstream_responses_body(b, messages, pid, stream=True)
+
+    def summarize(r: RunRecord, events: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"response": front.final}
+
+    async def before_complete() -> None:
+        await _keep(st, caller.owner, b, messages, turn, front)
+
+    current_app.nursery.start_soon(  # type: ignore[attr-defined]
+        st.runs.execute,
+        rec,
+        partial(st.upstream.open_chat_stream, ubody, pid),
+        pipeline,
+        _BackgroundFront(front),
+        summarize,
+        st.relay_options(),
+        before_complete,
+    )
+    if stream:
+        relay = st.runs.follow(rec, -1, st.relay_options(), st.draining)
+        return relay_response(st, ROUTE, relay)
+    return json_response(front.envelope("queued"))
+
+
+class _BackgroundFront:
+    """:class:`ResponsesEncoder` producing journal event objects (not bytes)."""
+
+    def __init__(self, enc: ResponsesEncoder) -> None:
+        self.enc = enc
+
+    def start(self) -> list[dict[str, Any]]:
+        return self.enc.start_events()
+
+    def keepalive(self) -> list[dict[str, Any]]:
+        return []
+
+    def encode(self, events: list[Any]) -> list[dict[str, Any]]:
+        return self.enc.events(events)
+
+    def end(self, events: list[Any], manifest: dict[str, Any]) -> list[dict[str, Any]]:
+        return self.enc.end_events(events, manifest)
+
+    def fail(self, events: list[Any], error: Any, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+        return self.enc.fail_events(events, error, manifest)
+
+    def cancel(self, events: list[Any], manifest: dict[str, Any]) -> list[dict[str, Any]]:
+        return self.enc.cancel_events(events, manifest)
+
+
+def _starting_after() -> int:
+    raw = request.args.get("starting_after", "-1")
+    if raw == "-1":
+        return -1
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 12:
+        raise RequestError(
+            "'starting_after' must be an event sequence number.", code="invalid_starting_after"
+        )
+    return int(raw)
+
+
+@bp.get(ROUTE + "/<response_id>")
+async def get_response(response_id: str) -> Response:
+    st = current()
+    caller = authenticate()
+    doc = await trio.to_thread.run_sync(st.store.get_json, KIND, caller.owner, response_id)
+    if request.args.get("stream") == "true":
+        rec = await _background_run(st, caller.owner, response_id)
+        relay = st.runs.follow(rec, _starting_after(), st.relay_options(), st.draining)
+        return relay_response(st, ROUTE + "/{id}", relay)
+    if doc is not None:
+        return json_response(doc["response"])
+    rec = await _background_run(st, caller.owner, response_id)
+    final = rec.summary.get("response") if rec.done else None
+    if isinstance(final, dict):
+        return json_response(final)
+    env = ResponsesEncoder(rec.id, rec.model, created_at=int(rec.created), background=True)
+    return json_response(env.envelope("in_progress" if rec.status == "running" else rec.status))
+
+
+async def _background_run(st: GatewayState, owner: str, response_id: str) -> RunRecord:
+    try:
+        return await st.runs.get(response_id, owner, kind=KIND)
+    except NotFound:
+        raise _not_found() from None
+
+
+@bp.post(ROUTE + "/<response_id>/cancel")
+async def cancel_response(response_id: str) -> Response:
+    st = current()
+    caller = authenticate()
+    rec = await _background_run(st, caller.owner, response_id)
+    if not rec.done:
+        await st.runs.stop(rec)
+        rec = await _background_run(st, caller.owner, response_id)
+    final = rec.summary.get("response")
+    if isinstance(final, dict):
+        return json_response(final)
+    env = ResponsesEncoder(rec.id, rec.model, created_at=int(rec.created), background=True)
+    return json_response(env.envelope(rec.status))
+
+
+@bp.delete(ROUTE + "/<response_id>")
+async def delete_response(response_id: str) -> Response:
+    st = current()
+    caller = authenticate()
+    ok = await trio.to_thread.run_sync(st.store.delete_json, KIND, caller.owner, response_id)
+    if not ok:
+        raise _not_found()
+    return json_response({"id": response_id, "object": "response.deleted", "deleted": True})

@@ -1,0 +1,141 @@
+"""Background runs: ``POST /v1/runs``, ``GET /v1/runs/{id}``, ``/stop``, ``/events``."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from quart import Blueprint, Response, current_app, request
+
+from gateway.auth import effective_link_mode
+from gateway.errors import RequestError
+from gateway.fronts.runs import RunEncoder, run_messages, upstream_run_body
+from gateway.history import prepare_messages
+from gateway.routes._common import authenticate, body, relay_response
+from gateway.runs import RunRecord, new_run_id
+from gateway.sessions import session_id_from
+from gateway.state import GatewayState, current
+from gateway.web import json_response
+
+bp = Blueprint("runs", __name__)
+ROUTE = "/v1/runs"
+
+
+async def _model(st: GatewayState, b: dict[str, Any]) -> str:
+    model = b.get("model")
+    if model is None:
+        listing = await st.upstream.models()
+        ids = [m.get("id") for m in listing.get("data", []) if isinstance(m, dict)]
+        model = next((i for i in ids if isinstance(i, str)), None)
+        if model is None:
+            raise RequestError(
+                "'model' is required: the upstream lists no models.", code="missing_model"
+            )
+    if not isinstance(model, str) or not model:
+        raise RequestError("'model' must be a non-empty string.", code="missing_model")
+    return model
+
+
+def summary(rec: RunRecord, events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``GET /v1/runs/{id}``: the record, with output and last_seq (from ``events`` if running)."""
+    s = dict(rec.summary)
+    status = rec.status
+    if events is not None and not rec.done:
+        status = "running" if events else "queued"
+        s["output"] = "".join(
+            e.get("delta", "") for e in events if e.get("event") == "message.delta"
+        )
+        s["last_seq"] = events[-1]["seq"] if events else 0
+    return {
+        "id": rec.id,
+        "run_id": rec.id,
+        "object": "run",
+        "status": status,
+        "model": rec.model,
+        "created": int(rec.created),
+        "finished_at": int(rec.finished_at) if rec.finished_at else None,
+        "output": s.get("output", ""),
+        "usage": s.get("usage"),
+        "error": s.get("error"),
+        "last_seq": s.get("last_seq", 0),
+        "download_link_mode": rec.link_mode,
+    }
+
+
+def _summarize(rec: RunRecord, events: list[dict[str, Any]]) -> dict[str, Any]:
+    last = events[-1] if events else {}
+    return {
+        "output": last.get("output", ""),
+        "usage": last.get("usage"),
+        "error": last.get("error"),
+        "last_seq": last.get("seq", 0),
+    }
+
+
+@bp.post(ROUTE)
+async def start_run() -> Response:
+    st = current()
+    caller = authenticate()
+    b = await body()
+    model = await _model(st, b)
+    new = run_messages(b)
+    mode = effective_link_mode(caller, b, st.config.artifacts.default_link_mode)
+    sid = session_id_from(request.headers.get("X-Session-Id"), b)
+    history = await st.sessions.history(caller.owner, sid) if sid is not None else []
+    messages = await prepare_messages(st, caller.owner, [*history, *new])
+    pid = st.signer.principal_id(caller.owner)
+    ubody = upstream_run_body(b, model, messages, pid)
+    rec = RunRecord(new_run_id(), caller.owner, model, mode)
+    await st.runs.create(rec)
+    pipeline = st.pipeline(st.resolver(caller.owner, mode, names_only=caller.names_only))
+    front = RunEncoder(rec.id, model)
+
+    async def before_complete() -> None:
+        if sid is not None:
+            await st.sessions.append(caller.owner, sid, new, "".join(front.output))
+
+    current_app.nursery.start_soon(  # type: ignore[attr-defined]
+        st.runs.execute,
+        rec,
+        partial(st.upstream.open_chat_stream, ubody, pid),
+        pipeline,
+        front,
+        _summarize,
+        st.relay_options(),
+        before_complete,
+    )
+    return json_response({"run_id": rec.id, "object": "run", "status": rec.status}, 202)
+
+
+@bp.get(ROUTE + "/<run_id>")
+async def get_run(run_id: str) -> Response:
+    st = current()
+    caller = authenticate()
+    rec = await st.runs.get(run_id, caller.owner, kind="run")
+    events = None if rec.done else await st.runs.read_events(rec.id, 0, st.runs.max_events + 10)
+    return json_response(summary(rec, events))
+
+
+@bp.post(ROUTE + "/<run_id>/stop")
+async def stop_run(run_id: str) -> Response:
+    st = current()
+    caller = authenticate()
+    rec = await st.runs.get(run_id, caller.owner, kind="run")
+    await st.runs.stop(rec)
+    rec = await st.runs.get(run_id, caller.owner, kind="run")
+    events = None if rec.done else await st.runs.read_events(rec.id, 0, st.runs.max_events + 10)
+    return json_response(summary(rec, events))
+
+
+@bp.get(ROUTE + "/<run_id>/events")
+async def run_events(run_id: str) -> Response:
+    st = current()
+    caller = authenticate()
+    rec = await st.runs.get(run_id, caller.owner, kind="run")
+    raw = request.headers.get("Last-Event-ID") or request.args.get("after") or "0"
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 12:
+        raise RequestError(
+            "Last-Event-ID must be a run event sequence number.", code="invalid_last_event_id"
+        )
+    relay = st.runs.follow(rec, int(raw), st.relay_options(), st.draining)
+    return relay_response(st, ROUTE + "/{id}/events", relay)

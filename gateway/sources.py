@@ -1,0 +1,83 @@
+"""Sources for :class:`gateway.relay.Relay`: what one read of a stream brings.
+
+* :class:`SSESource` — an upstream HTTP response (httpx) or any async iterator of
+  bytes, decoded into SSE events with a size bound; one read is what the transport
+  had buffered (httpx hands over one HTTP chunk at a time, the relay batches them);
+* :class:`JournalSource` — a background run's journal, replayed after a sequence
+  number and then followed live (:mod:`gateway.runs`);
+* the proxy's remote run source lives in :mod:`gateway.proxy.stream`.
+
+Every source translates its failures into :class:`~gateway.errors.GatewayError` and
+has an idempotent ``aclose`` that works while cancelled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import httpx
+import trio
+
+from gateway.sse import SSEDecoder, SSEEvent
+from gateway.upstream import close_quietly, translate
+
+__all__ = ["SSESource"]
+
+
+class SSESource:
+    """Upstream bytes → lists of SSE events (``[]`` when a read completed none)."""
+
+    def __init__(
+        self,
+        chunks: AsyncIterator[bytes],
+        *,
+        max_event_bytes: int = 1 << 20,
+        response: httpx.Response | None = None,
+    ) -> None:
+        self._chunks = chunks
+        self._decoder = SSEDecoder(max_event_bytes=max_event_bytes)
+        self._response = response
+        self._closed = False
+
+    @classmethod
+    def from_response(cls, resp: httpx.Response, *, max_event_bytes: int) -> SSESource:
+        encoded = resp.headers.get("content-encoding", "identity").lower() not in ("", "identity")
+        chunks = resp.aiter_bytes() if encoded else resp.aiter_raw()
+        return cls(chunks, max_event_bytes=max_event_bytes, response=resp)
+
+    async def read(self) -> list[SSEEvent] | None:
+        try:
+            data = await self._chunks.__anext__()
+        except StopAsyncIteration:
+            self._decoder.close()
+            return None
+        except Exception as exc:  # httpx and OS errors: translated at this boundary
+            raise translate(exc) from exc
+        return self._decoder.feed(data) if data else []
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await _abandon(self._chunks)
+        if self._response is not None:
+            await close_quietly(self._response)
+
+
+async def _abandon(chunks: AsyncIterator[bytes]) -> None:
+    """Finish a byte iterator the way a cancelled read does.
+
+    httpx's iterator is a chain of async generators; one left suspended is finalized
+    by the garbage collector with a ResourceWarning. A read in a cancelled scope ends
+    them all (data already buffered comes back without a checkpoint first).
+    """
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        with contextlib.suppress(Exception):
+            while True:
+                await chunks.__anext__()
+    aclose = getattr(chunks, "aclose", None)
+    if aclose is not None:
+        with trio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await aclose()

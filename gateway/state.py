@@ -1,0 +1,112 @@
+"""The API server's state: built once per app, read by every route.
+
+:class:`GatewayApp` is the typed app (``app.gateway`` is its :class:`GatewayState`);
+routes reach the state through :func:`current`. Nothing here knows HTTP routes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
+
+import trio
+from quart import current_app
+
+from gateway.artifacts import ArtifactService, NameOnly
+from gateway.auth import Authenticator
+from gateway.config import Config
+from gateway.metrics import Metrics
+from gateway.pipeline import ChatPipeline, LinkResolver, PipelineSettings
+from gateway.relay import RelayOptions
+from gateway.rewrite import rewrite
+from gateway.runs import Runs
+from gateway.sessions import Sessions
+from gateway.signing import Signer
+from gateway.store import Store
+from gateway.upstream import Upstream
+from gateway.web import ServiceApp
+
+__all__ = ["GatewayApp", "GatewayState", "current", "extra_roots", "make_scrub"]
+
+
+def extra_roots(config: Config) -> tuple[str, ...]:
+    """The configured artifact roots and mount prefixes: host paths too, for every scrubber."""
+    arts = config.artifacts
+    return (*(str(r) for r in arts.roots), *(m.agent_prefix for m in arts.mounts))
+
+
+def make_scrub(config: Config) -> Callable[[str], str]:
+    """A complete string with every path reduced to its name (errors, model ids)."""
+    roots = extra_roots(config)
+    limit = config.limits.max_path_chars
+
+    def scrub(text: str) -> str:
+        return rewrite(text, extra_roots=roots, max_path_chars=limit)
+
+    return scrub
+
+
+@dataclass
+class GatewayState:
+    """Everything a request handler needs."""
+
+    config: Config
+    upstream: Upstream
+    auth: Authenticator
+    signer: Signer
+    store: Store
+    artifacts: ArtifactService
+    sessions: Sessions
+    runs: Runs
+    settings: PipelineSettings
+    metrics: Metrics = field(default_factory=Metrics)
+    draining: trio.Event = field(default_factory=trio.Event)
+    started: float = field(default_factory=time.time)
+
+    @property
+    def extra_roots(self) -> tuple[str, ...]:
+        return extra_roots(self.config)
+
+    def scrub(self, text: str) -> str:
+        """A complete string with every path reduced to its name (errors, model ids)."""
+        return self.upstream.scrub(text)
+
+    def resolver(self, owner: str, mode: str, *, names_only: bool = False) -> LinkResolver:
+        if names_only:
+            return NameOnly(mode)
+        return self.artifacts.for_response(owner, mode)
+
+    def pipeline(self, resolver: LinkResolver) -> ChatPipeline:
+        return ChatPipeline(resolver, self.settings)
+
+    def relay_options(self, **changes: Any) -> RelayOptions:
+        cfg = self.config
+        opts = RelayOptions(
+            keepalive_seconds=cfg.server.keepalive_seconds,
+            idle_timeout_seconds=cfg.upstream.idle_timeout_seconds,
+            first_byte_seconds=self.upstream.first_byte_seconds,
+            draining=self.draining,
+        )
+        return replace(opts, **changes) if changes else opts
+
+    def count_rewrites(self, pipeline: ChatPipeline) -> None:
+        self.metrics.rewrites.labels("link").inc(pipeline.stats.links)
+        self.metrics.rewrites.labels("name_only").inc(pipeline.stats.names)
+
+    async def aclose(self) -> None:
+        """Close the upstream client and the store (idempotent)."""
+        await self.upstream.aclose()
+        await trio.to_thread.run_sync(self.store.close)
+
+
+class GatewayApp(ServiceApp):
+    """The API server's app; ``gateway`` is set by :func:`gateway.app.create_app`."""
+
+    gateway: GatewayState
+
+
+def current() -> GatewayState:
+    """The state of the app handling the current request."""
+    return cast(GatewayApp, current_app).gateway

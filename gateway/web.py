@@ -1,0 +1,276 @@
+"""HTTP plumbing shared by the API server and the proxy (thin quart-trio glue).
+
+* :class:`GatewayHTTPConnection` — quart-trio's ASGI connection with a per-request exit
+  stack (closed even if the body never starts), the in-flight count the drain waits
+  on, metrics and one access-log line per request;
+* :class:`ChannelBody` — a response body fed by an async context manager (a
+  :class:`gateway.relay.Relay`), entered and exited by the task that sends the body;
+* JSON bodies (:func:`json_body`: size, nesting and text checked), JSON and error
+  responses, the bearer token of a request, SSE headers;
+* :func:`install_common` — what both apps install: the connection class, no response
+  timeout on streams, the body limit, the route label, and JSON errors with stable
+  codes for every failure (HTML pages for browsers on the download route, see
+  :mod:`gateway.routes.artifacts`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from typing import Any, cast
+
+import trio
+from quart import Response, request
+from quart.wrappers.response import ResponseBody
+from quart_trio import QuartTrio
+from quart_trio.asgi import TrioASGIHTTPConnection
+from werkzeug.exceptions import HTTPException
+
+from gateway.errors import GatewayError, RequestError
+from gateway.shapes import JSONTooDeep, loads_bounded
+
+__all__ = [
+    "SSE_HEADERS",
+    "ChannelBody",
+    "GatewayHTTPConnection",
+    "ServiceApp",
+    "bearer_token",
+    "cleanup_stack",
+    "error_response",
+    "install_common",
+    "json_body",
+    "json_response",
+    "sse_response",
+]
+
+log = logging.getLogger("gateway")
+access_log = logging.getLogger("gateway.access")
+
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",
+}
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+class ServiceApp(QuartTrio):
+    """A quart-trio app that counts its requests in flight (the drain waits on them)."""
+
+    inflight_requests: int = 0
+    no_requests: trio.Event | None = None
+    #: called once per finished request: (route, status, bytes, seconds)
+    on_request: Callable[[str, int, int, float], None] | None = None
+
+
+class GatewayHTTPConnection(TrioASGIHTTPConnection):
+    """Adds a per-request exit stack, the in-flight count, metrics and the access log."""
+
+    async def __call__(self, receive: Any, send: Any) -> None:
+        t0 = time.perf_counter()
+        seen = [0, 0]  # status, body bytes
+
+        async def counting_send(message: Any) -> None:
+            if message["type"] == "http.response.body":
+                seen[1] += len(message.get("body", b""))
+            elif message["type"] == "http.response.start":
+                seen[0] = message["status"]
+            await send(message)
+
+        stack = AsyncExitStack()
+        scope: Any = self.scope
+        scope["gateway.cleanup"] = stack
+        app: Any = self.app
+        app.inflight_requests += 1
+        try:
+            await super().__call__(receive, counting_send)
+        finally:
+            app.inflight_requests -= 1
+            if app.inflight_requests == 0 and app.no_requests is not None:
+                app.no_requests.set()
+            with trio.move_on_after(5) as cs:
+                cs.shield = True
+                await stack.aclose()
+            self._finished(scope, seen[0], seen[1], time.perf_counter() - t0)
+
+    def _finished(self, scope: Any, status: int, nbytes: int, seconds: float) -> None:
+        route = scope.get("gateway.route", "unmatched")
+        hook = getattr(self.app, "on_request", None)
+        if hook is not None:
+            hook(route, status, nbytes, seconds)
+        if access_log.isEnabledFor(logging.INFO):
+            access_log.info(
+                "principal=%s method=%s path=%s route=%s status=%d bytes=%d duration_ms=%.1f",
+                scope.get("gateway.principal", "-"),
+                scope.get("method", "-"),
+                scope.get("path", "-"),
+                route,
+                status,
+                nbytes,
+                seconds * 1000,
+            )
+
+
+def cleanup_stack() -> AsyncExitStack:
+    """The current request's exit stack (closed when the request is over)."""
+    stack: AsyncExitStack = request.scope["gateway.cleanup"]  # type: ignore[typeddict-item]
+    return stack
+
+
+class ChannelBody(ResponseBody):
+    """A response body fed by an async context manager that yields an async iterable.
+
+    Quart sends a body as ``async with body as it: async for chunk in it``, so entering
+    the relay here puts its nursery in the sending task.
+    """
+
+    def __init__(
+        self,
+        channel: AbstractAsyncContextManager[AsyncIterable[bytes]],
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
+        self._cm = channel
+        self._recv: AsyncIterable[bytes] | None = None
+        self._on_close = on_close
+
+    async def __aenter__(self) -> ChannelBody:
+        self._recv = await self._cm.__aenter__()
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc_value: Any, tb: Any) -> None:
+        try:
+            await self._cm.__aexit__(exc_type, exc_value, tb)
+        finally:
+            if self._on_close is not None:
+                self._on_close()
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        assert self._recv is not None
+        return self._recv.__aiter__()
+
+
+def sse_response(body: ChannelBody) -> Response:
+    response = Response(body, status=200, headers=SSE_HEADERS)
+    response.timeout = None  # quart's RESPONSE_TIMEOUT would cut streams at 60 s
+    return response
+
+
+def json_response(obj: Any, status: int = 200) -> Response:
+    body = json.dumps(obj, ensure_ascii=False).encode("utf-8", "backslashreplace")
+    return Response(body, status=status, content_type="application/json")
+
+
+def error_response(exc: GatewayError) -> Response:
+    resp = json_response(exc.to_dict(), exc.status)
+    if exc.retry_after is not None:
+        resp.headers["Retry-After"] = str(exc.retry_after)
+    if exc.status == 401:
+        resp.headers["WWW-Authenticate"] = 'Bearer realm="artifact-gateway"'
+    return resp
+
+
+def bearer_token(headers: Any) -> str | None:
+    """The token of ``Authorization: Bearer <token>``; None when absent or malformed."""
+    auth = headers.get("Authorization") or ""
+    scheme, _, token = auth.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
+def parse_json_bytes(raw: bytes, max_depth: int) -> Any:
+    """Decode a JSON request body, refusing what would hurt later: too deep, lone surrogates."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RequestError("The request body is not valid UTF-8.", code="invalid_json") from None
+    try:
+        value = loads_bounded(text, max_depth)
+    except JSONTooDeep:
+        raise RequestError(
+            f"The request body nests JSON deeper than {max_depth} levels.", code="invalid_json"
+        ) from None
+    except ValueError:
+        raise RequestError("The request body is not valid JSON.", code="invalid_json") from None
+    if "\\u" in text and _has_lone_surrogate(value):
+        raise RequestError(
+            "The request body contains an unpaired UTF-16 surrogate escape (\\ud800-\\udfff).",
+            code="invalid_json",
+        )
+    return value
+
+
+def max_json_depth(config: Any) -> int:
+    """``limits.max_json_depth`` of a config."""
+    return int(getattr(config.limits, "max_json_depth", 64))
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if _LONE_SURROGATE.search(v):
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
+async def json_body(max_depth: int = 64) -> dict[str, Any]:
+    """The request's JSON object body (400 ``invalid_json`` otherwise)."""
+    raw = cast(bytes, await request.get_data(as_text=False))
+    if not raw:
+        raise RequestError("The request body must be a JSON object.", code="invalid_json")
+    body = parse_json_bytes(raw, max_depth)
+    if not isinstance(body, dict):
+        raise RequestError("The request body must be a JSON object.", code="invalid_json")
+    return body
+
+
+def install_common(app: QuartTrio, max_body_bytes: int, what: str) -> None:
+    """What the API server and the proxy share (see the module docstring)."""
+    app.asgi_http_class = GatewayHTTPConnection
+    app.config["RESPONSE_TIMEOUT"] = None
+    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
+    http_codes = {
+        404: ("not_found", f"No such route on this {what}; see docs/api.md."),
+        405: ("method_not_allowed", "This route does not accept that HTTP method."),
+        413: ("request_too_large", f"The request body is larger than the {what} accepts."),
+    }
+
+    @app.before_request
+    async def _route_label() -> None:
+        rule = request.url_rule
+        request.scope["gateway.route"] = rule.rule if rule is not None else "unmatched"  # type: ignore[typeddict-unknown-key]
+
+    @app.errorhandler(GatewayError)
+    async def _gateway_error(exc: GatewayError) -> Response:
+        return error_response(exc)
+
+    @app.errorhandler(HTTPException)
+    async def _http_error(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        code, message = http_codes.get(
+            status, ("bad_request", "The request could not be understood.")
+        )
+        if status >= 500:
+            code, message = "internal_error", f"The {what} failed unexpectedly."
+        return error_response(GatewayError(message, code=code, status=status))
+
+    @app.errorhandler(Exception)
+    async def _unexpected(exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response(
+            GatewayError(
+                f"The {what} failed unexpectedly; the error was logged.", code="internal_error"
+            )
+        )

@@ -1,0 +1,11 @@
+"""Benchmarks that print figures side by side in one run (no timed assertions).
+
+    python -m harness.bench rewriter [--mb 4]
+    python -m harness.bench relay [--repeat 3] [--quick]
+    python -m harness.bench links [--files 2000] [--mb 50] [--repeat 3]
+
+One module per benchmark: :mod:`harness.bench.rewriter`, :mod:`harness.bench.relay`
+(with its own upstream and client processes, :mod:`harness.bench.fast_upstream` and
+:mod:`harness.bench.raw_client`), :mod:`harness.bench.links`. Figures measured here and
+how to read them: ``docs/benchmarks.md``.
+"""

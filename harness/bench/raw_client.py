@@ -1,0 +1,109 @@
+"""A cheap streaming client for the relay benchmark: raw sockets, asyncio, its own process.
+
+``python -m harness.bench.raw_client URL --model M --streams S [--key K] [--hold SECONDS]``
+opens ``S`` concurrent ``POST /v1/chat/completions`` streams (``Connection: close``),
+reads each to EOF without parsing more than it must, and prints one JSON line:
+``{"wall": s, "completed": k, "ttfb": [s...], "cpu": s, "bytes": n}``. ``completed``
+counts streams whose body held ``data: [DONE]``; ``ttfb`` is the time from sending the
+request to the first non-empty ``content`` delta. With ``--sequential N`` the streams run one after another (per-request cost). With ``--hold`` every stream is
+opened, read until its first content, then the client prints ``{"held": k}``, keeps the
+connections open for that many seconds, and closes them (memory per open stream).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import time
+from urllib.parse import urlsplit
+
+_CONTENT = re.compile(rb'"content":"[^"]')
+_DONE = b"data: [DONE]"
+
+
+def _request(host: str, port: int, path: str, key: str, body: bytes) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {key}\r\n"
+        f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
+        f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+async def _one(
+    host: str, port: int, request: bytes, started: asyncio.Event | None
+) -> tuple[bool, float | None, int, asyncio.StreamWriter | None]:
+    reader, writer = await asyncio.open_connection(host, port)
+    t0 = time.perf_counter()
+    writer.write(request)
+    ttfb: float | None = None
+    head = b""
+    tail = b""
+    total = 0
+    while True:
+        data = await reader.read(65536)
+        if not data:
+            break
+        total += len(data)
+        if ttfb is None:
+            head += data
+            if _CONTENT.search(head):
+                ttfb = time.perf_counter() - t0
+                head = b""
+                if started is not None:
+                    return False, ttfb, total, writer
+        tail = (tail + data)[-64:]
+        if tail.endswith(b"\r\n0\r\n\r\n"):
+            break  # the chunked body ended (servers may keep the connection open)
+    writer.close()
+    return _DONE in tail, ttfb, total, None
+
+
+async def _main(args: argparse.Namespace) -> dict[str, object]:
+    url = urlsplit(args.url)
+    host, port = url.hostname or "127.0.0.1", url.port or 80
+    body = json.dumps(
+        {"model": args.model, "messages": [{"role": "user", "content": "go"}], "stream": True}
+        | json.loads(args.extra)
+    ).encode()
+    request = _request(host, port, url.path.rstrip("/") + "/chat/completions", args.key, body)
+    hold = asyncio.Event() if args.hold else None
+    t0 = time.perf_counter()
+    if args.sequential:
+        results = [await _one(host, port, request, None) for _ in range(args.sequential)]
+    else:
+        results = await asyncio.gather(
+            *(_one(host, port, request, hold) for _ in range(args.streams))
+        )
+    wall = time.perf_counter() - t0
+    if args.hold:
+        print(json.dumps({"held": sum(1 for r in results if r[3] is not None)}), flush=True)
+        await asyncio.sleep(args.hold)
+        for r in results:
+            if r[3] is not None:
+                r[3].close()
+    return {
+        "wall": wall,
+        "completed": sum(1 for r in results if r[0]),
+        "ttfb": [r[1] for r in results if r[1] is not None],
+        "bytes": sum(r[2] for r in results),
+        "cpu": time.process_time(),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("url", help="base URL ending in /v1")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--streams", type=int, default=1)
+    ap.add_argument("--key", default="none")
+    ap.add_argument("--extra", default="{}", help="JSON merged into the request body")
+    ap.add_argument("--hold", type=float, default=0.0)
+    ap.add_argument("--sequential", type=int, default=0, help="N streams one after another")
+    args = ap.parse_args()
+    print(json.dumps(asyncio.run(_main(args))), flush=True)
+
+
+if __name__ == "__main__":
+    main()

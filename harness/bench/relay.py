@@ -1,0 +1,297 @@
+"""Relay cost: deltas/s direct vs through the gateway, CPU per delta and per request.
+
+``python -m harness.bench relay [--repeat 3] [--quick]`` (or ``python3 dev.py bench relay``).
+
+Method: three parties, each in its own process, so that none pays for another's CPU:
+
+* the upstream is :mod:`harness.bench.fast_upstream` (plain asyncio, pre-encoded chunks),
+* the gateway is a real ``gateway run`` process (rewriting on, one artifact root),
+* the client is :mod:`harness.bench.raw_client` (raw sockets, reads to EOF, parses only
+  what it must); its own CPU is printed too, so one can see it is cheaper than the
+  gateway it measures.
+
+For every scenario the direct run (client → upstream) and the gateway run (client →
+gateway → upstream) alternate, ``--repeat`` times each; the table shows the median and
+the range. ``ratio`` = gateway deltas/s ÷ direct deltas/s of the same repetition.
+CPU figures come from ``/proc/<pid>/stat`` of the gateway and the upstream processes
+and from the client's ``time.process_time()``, divided by the deltas relayed.
+
+Scenarios: ``plain`` (words only, 64 events per upstream write) at 1, 20 and 100
+concurrent streams; ``paths`` (one path per 10 deltas, half of them existing files
+that become links); ``paced`` (20 streams, one event per upstream write 2 ms apart, so
+each event arrives in its own read: the realistic token-stream case; its ratio is ~1
+by construction, the CPU per delta is the figure). Then per request: the time to the
+first content byte (direct vs gateway, 1-delta streams one after another) and the
+gateway's CPU per request for that stream and for ``GET /health``; then memory: idle
+RSS and RSS per open stream (streams held open mid-answer).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BENCH_KEY = "bench-key-0123456789abcdef"
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    model: str
+    streams: int
+    deltas: int  # per stream
+
+    @property
+    def total(self) -> int:
+        return self.streams * self.deltas
+
+
+SCENARIOS = (
+    Scenario("plain, 1 stream", "bench-plain-4000-bulk", 1, 4000),
+    Scenario("plain, 20 streams", "bench-plain-1000-bulk", 20, 1000),
+    Scenario("plain, 100 streams", "bench-plain-300-bulk", 100, 300),
+    Scenario("paths, 1 stream", "bench-paths-4000-bulk", 1, 4000),
+    Scenario("paced, 20 streams", "bench-plain-300-paced", 20, 300),
+)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (seconds)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@dataclass
+class Procs:
+    upstream: subprocess.Popen[str]
+    gateway: subprocess.Popen[bytes]
+    up_url: str
+    gw_url: str
+    tmp: Path
+
+    def stop(self) -> None:
+        for p in (self.gateway, self.upstream):
+            p.terminate()
+        for p in (self.gateway, self.upstream):
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def start(tmp: Path) -> Procs:
+    root = tmp / "artifacts"
+    up = subprocess.Popen(
+        [sys.executable, "-m", "harness.bench.fast_upstream", "--root", str(root)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert up.stdout is not None
+    line = up.stdout.readline()
+    if not line.startswith("ready "):
+        up.kill()
+        raise RuntimeError("the benchmark upstream did not start")
+    up_url = f"http://127.0.0.1:{int(line.split()[1])}/v1"
+    port = _free_port()
+    cfg = tmp / "bench.toml"
+    cfg.write_text(
+        f'state_dir = "{tmp / "state"}"\n[server]\nbind = "127.0.0.1:{port}"\n'
+        f'public_base_url = "http://127.0.0.1:{port}"\n[upstream]\nbase_url = "{up_url}"\n'
+        f'[artifacts]\nroots = ["{root}"]\n[[auth.keys]]\nkey = "{BENCH_KEY}"\n'
+        'principal = "bench"\n'
+    )
+    log = (tmp / "gateway.log").open("wb")
+    gw = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "run", "--config", str(cfg)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    log.close()
+    gw_url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            with urllib.request.urlopen(gw_url + "/health", timeout=1) as r:
+                if r.status == 200:
+                    return Procs(up, gw, up_url, gw_url + "/v1", tmp)
+        except OSError:
+            time.sleep(0.05)
+    up.kill()
+    gw.kill()
+    raise RuntimeError("the gateway did not become healthy; see " + str(tmp / "gateway.log"))
+
+
+def client(url: str, model: str, *args: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.bench.raw_client",
+            url,
+            "--model",
+            model,
+            "--key",
+            BENCH_KEY,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    result: dict[str, Any] = json.loads(out.stdout.splitlines()[-1])
+    return result
+
+
+@dataclass
+class Figures:
+    direct: list[float] = field(default_factory=list)  # deltas/s
+    gateway: list[float] = field(default_factory=list)
+    ratio: list[float] = field(default_factory=list)
+    gw_cpu_us: list[float] = field(default_factory=list)  # per delta
+    client_cpu_us: list[float] = field(default_factory=list)
+    up_cpu_us: list[float] = field(default_factory=list)
+    incomplete: int = 0
+
+
+def run_scenario(p: Procs, sc: Scenario, repeat: int) -> Figures:
+    fig = Figures()
+    args = ("--streams", str(sc.streams))
+    for _ in range(repeat):
+        d = client(p.up_url, sc.model, *args)
+        g0, u0 = cpu_seconds(p.gateway.pid), cpu_seconds(p.upstream.pid)
+        g = client(p.gw_url, sc.model, *args)
+        g1, u1 = cpu_seconds(p.gateway.pid), cpu_seconds(p.upstream.pid)
+        fig.incomplete += 2 * sc.streams - d["completed"] - g["completed"]
+        fig.direct.append(sc.total / d["wall"])
+        fig.gateway.append(sc.total / g["wall"])
+        fig.ratio.append(d["wall"] / g["wall"])
+        fig.gw_cpu_us.append((g1 - g0) / sc.total * 1e6)
+        fig.client_cpu_us.append(g["cpu"] / sc.total * 1e6)
+        fig.up_cpu_us.append((u1 - u0) / sc.total * 1e6)
+    return fig
+
+
+def _fmt(values: list[float], spec: str = ",.0f") -> str:
+    med = statistics.median(values)
+    return f"{med:{spec}} ({min(values):{spec}}–{max(values):{spec}})"
+
+
+def per_request(p: Procs, n: int, repeat: int) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"direct": [], "gateway": [], "cpu_chat": [], "cpu_health": []}
+    for _ in range(repeat):
+        d = client(p.up_url, "bench-plain-1-bulk", "--sequential", str(n))
+        g0 = cpu_seconds(p.gateway.pid)
+        g = client(p.gw_url, "bench-plain-1-bulk", "--sequential", str(n))
+        g1 = cpu_seconds(p.gateway.pid)
+        out["direct"].append(statistics.median(d["ttfb"]) * 1000)
+        out["gateway"].append(statistics.median(g["ttfb"]) * 1000)
+        out["cpu_chat"].append((g1 - g0) / n * 1000)
+        host, port = p.gw_url.split("//")[1].split("/")[0].split(":")
+        conn = http.client.HTTPConnection(host, int(port))
+        h0 = cpu_seconds(p.gateway.pid)
+        for _ in range(n * 4):
+            conn.request("GET", "/health")
+            conn.getresponse().read()
+        out["cpu_health"].append((cpu_seconds(p.gateway.pid) - h0) / (n * 4) * 1000)
+        conn.close()
+    return out
+
+
+def memory(p: Procs, streams: int) -> tuple[float, float, int]:
+    idle = rss_mib(p.gateway.pid)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness.bench.raw_client",
+            p.gw_url,
+            "--model",
+            "bench-plain-100000-paced",
+            "--key",
+            BENCH_KEY,
+            "--streams",
+            str(streams),
+            "--hold",
+            "2",
+            "--extra",
+            '{"bench_pace_ms": 500}',
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    held = json.loads(proc.stdout.readline()).get("held", 0)
+    time.sleep(0.5)
+    busy = rss_mib(p.gateway.pid)
+    proc.wait(60)
+    return idle, (busy - idle) * 1024 / max(held, 1), held
+
+
+def report(p: Procs, repeat: int, quick: bool) -> None:
+    scenarios = SCENARIOS[:1] + SCENARIOS[3:4] if quick else SCENARIOS
+    print(
+        f"relay benchmark: python {sys.version.split()[0]}, {os.cpu_count()} cores;"
+        f" upstream, gateway and client in separate processes; median (range) of {repeat}"
+    )
+    client(p.gw_url, "bench-plain-200-bulk", "--streams", "4")  # warm-up (imports, pools)
+    cols = ("scenario", "direct d/s", "gateway d/s", "ratio", "gw µs/delta", "client µs/d")
+    print(f"{cols[0]:<20} {cols[1]:>22} {cols[2]:>22} {cols[3]:>18} {cols[4]:>16} {cols[5]:>12}")
+    for sc in scenarios:
+        f = run_scenario(p, sc, repeat)
+        note = f"  ({f.incomplete} incomplete!)" if f.incomplete else ""
+        print(
+            f"{sc.name:<20} {_fmt(f.direct):>22} {_fmt(f.gateway):>22} {_fmt(f.ratio, '.2f'):>18}"
+            f" {_fmt(f.gw_cpu_us):>16} {statistics.median(f.client_cpu_us):>12.0f}{note}"
+        )
+    r = per_request(p, 20 if quick else 50, repeat)
+    added = [g - d for g, d in zip(r["gateway"], r["direct"], strict=True)]
+    print(
+        f"first content byte: direct {_fmt(r['direct'], '.2f')} ms, gateway"
+        f" {_fmt(r['gateway'], '.2f')} ms, added {_fmt(added, '.2f')} ms"
+    )
+    print(
+        f"gateway CPU per request: 1-delta chat {_fmt(r['cpu_chat'], '.2f')} ms,"
+        f" GET /health {_fmt(r['cpu_health'], '.2f')} ms"
+    )
+    idle, per_stream, held = memory(p, 100 if quick else 500)
+    print(f"memory: idle RSS {idle:.1f} MiB; {per_stream:.1f} KiB per open stream ({held} held)")
+
+
+def main(repeat: int = 3, quick: bool = False) -> int:
+    with tempfile.TemporaryDirectory(prefix="relay-bench-") as tmpdir:
+        p = start(Path(tmpdir))
+        try:
+            report(p, repeat, quick)
+        finally:
+            p.stop()
+    return 0

@@ -1,0 +1,21 @@
+"""A detector that finds no path: the harness's proof that its leak checks can fail.
+
+``python -m harness replay --no-rewrite`` builds the gateway with
+``PipelineSettings(detector=NothingDetector())``; every planted path then reaches the
+client raw and the replay must report leaks. Production code has no such switch.
+"""
+
+from __future__ import annotations
+
+from gateway.paths import Clear, PathDetector, ScanResult
+from gateway.pipeline import PipelineSettings
+
+__all__ = ["NOTHING_FOUND", "NothingDetector"]
+
+
+class NothingDetector(PathDetector):
+    def scan(self, buf: str, pos: int, final: bool) -> ScanResult:
+        return Clear(len(buf))
+
+
+NOTHING_FOUND = PipelineSettings(detector=NothingDetector())
