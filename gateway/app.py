@@ -378,7 +378,7 @@ def create_app(
         store=the_store,
         artifacts=ArtifactService(config, the_store, signer, clock=clock),
         sessions=Sessions(the_store),
-        runs=RunRegistry(config.limits.run_retention_seconds),
+        runs=RunRegistry(config.retention.runs_seconds),
     )
     app.gateway = st  # type: ignore[attr-defined]
 
