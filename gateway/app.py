@@ -43,6 +43,7 @@ from gateway.fronts.responses import (
     new_response_id,
     response_from_completion,
 )
+from gateway.logs import log_access
 from gateway.metrics import CONTENT_TYPE, Metrics
 from gateway.pipeline import ChatPipeline, LinkResolver
 from gateway.relay import HookedSink, RelayOptions, Sink, close_quietly, relay
@@ -169,8 +170,8 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
                 state.metrics.requests.labels(route, str(seen["status"])).inc()
                 state.metrics.latency.labels(route).observe(duration)
                 state.metrics.bytes_out.labels(route).inc(seen["bytes"])
-            access_log.info(
-                "principal=%s method=%s path=%s route=%s status=%d bytes=%d duration_ms=%.1f",
+            log_access(
+                access_log,
                 scope.get("gateway.principal", "-"),
                 scope.get("method", "-"),
                 scope.get("path", "-"),
