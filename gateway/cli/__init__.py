@@ -8,7 +8,6 @@ holds the state directory (:data:`gateway.lock.EXIT_ALREADY_RUNNING`).
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from gateway import __version__
@@ -16,11 +15,9 @@ from gateway.cli import config, ops, serve, service
 from gateway.cli.common import err
 from gateway.errors import ConfigError
 from gateway.lock import EXIT_USAGE
+from gateway.logs import configure_logging
 
 __all__ = ["build_parser", "main"]
-
-#: subcommands that serve (they log their work); the others print their own results
-SERVING = ("run", "proxy", "demo")
 
 DESCRIPTION = """\
 artifact gateway: relays an agent's SSE streams to its clients and turns the host
@@ -55,8 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    level = logging.INFO if args.command in SERVING else logging.WARNING
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # the serving commands reconfigure this from [log] once their config is loaded
+    configure_logging("gateway", "text", "warning")
     try:
         rc: int = args.func(args)
         return rc
