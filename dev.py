@@ -12,6 +12,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -22,20 +23,38 @@ PY = BIN / ("python.exe" if os.name == "nt" else "python")
 STAMP = VENV / ".installed-pyproject-sha256"
 
 
+def _pip(*args: str) -> None:
+    """Run pip quietly: its output (setuptools and wheel chatter) shows only on failure."""
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    proc = subprocess.run(
+        [str(PY), "-m", "pip", *args], capture_output=True, text=True, env=env, check=False
+    )
+    if proc.returncode != 0:
+        print(flush=True)  # end the progress line
+        sys.stderr.write(proc.stdout + proc.stderr)
+        sys.exit(f"dev.py: `pip {' '.join(args)}` failed (exit {proc.returncode}); output above")
+
+
 def ensure_venv() -> None:
     if sys.version_info < (3, 11):
         sys.exit("artifact-gateway needs Python 3.11 or newer (found %s)" % sys.version.split()[0])
-    if not PY.exists():
-        print(f"creating {VENV} ...", flush=True)
-        venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    if not STAMP.exists() or STAMP.read_text().strip() != digest:
-        print("installing artifact-gateway[test] into .venv ...", flush=True)
-        subprocess.run([str(PY), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
-        subprocess.run(
-            [str(PY), "-m", "pip", "install", "-q", "-e", f"{ROOT}[test]"], check=True
-        )
-        STAMP.write_text(digest)
+    fresh = not PY.exists()
+    if not fresh and STAMP.exists() and STAMP.read_text().strip() == digest:
+        return
+    what = (
+        "first run: creating .venv and installing"
+        if fresh
+        else "pyproject.toml changed: reinstalling"
+    )
+    print(f"dev.py: {what} artifact-gateway[test] (a minute or so) ...", end=" ", flush=True)
+    t0 = time.monotonic()
+    if fresh:
+        venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
+    _pip("install", "-q", "--upgrade", "pip")
+    _pip("install", "-q", "-e", f"{ROOT}[test]")
+    STAMP.write_text(digest)
+    print(f"done in {time.monotonic() - t0:.0f} s", flush=True)
 
 
 def run(argv: list[str]) -> int:
@@ -50,7 +69,8 @@ def main() -> int:
         return run([str(BIN / "gateway"), "demo", *rest])
     if cmd == "test":
         ensure_venv()
-        return run([str(PY), "-m", "pytest", *rest])
+        # tests/progress.py: one summary line per test folder as it finishes
+        return run([str(PY), "-m", "pytest", "-p", "tests.progress", *rest])
     if cmd == "lint":
         ensure_venv()
         rc = run([str(PY), "-m", "ruff", "check", "gateway", "harness", "tests"])

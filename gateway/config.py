@@ -1,124 +1,84 @@
 """Load and validate the gateway configuration.
 
 The configuration is one TOML file plus a few environment overrides. The key names
-are a stable contract (see DESIGN.md, "Configuration"); every key is optional and
-defaults as listed below.
-
-Keys (``[section]``, key = default)::
-
-    state_dir = "~/.local/state/artifact-gateway"   sqlite db, signing secret
-
-    [server]
-    bind = "127.0.0.1:8642"                   host:port, IPv6 as "[::1]:8642"
-    public_base_url = "http://127.0.0.1:8642" origin (optionally a path prefix) of links
-    keepalive_seconds = 15.0                  SSE keep-alive comment interval
-    drain_timeout_seconds = 10.0              SIGTERM drain budget
-    max_body_bytes = 4194304                  largest accepted request body (4 MiB)
-    write_timeout_seconds = 10.0              give up on a client that stops reading
-
-    [upstream]
-    base_url = "http://127.0.0.1:9000/v1"     OpenAI-compatible server
-    api_key = ""                              optional bearer sent upstream
-    connect_timeout_seconds = 10.0
-    idle_timeout_seconds = 300.0              longest silence inside a stream
-    models_cache_seconds = 60.0               0 disables the /v1/models cache
-
-    [artifacts]
-    roots = ["~/.agent/artifacts"]            only files under these roots get links
-    default_link_mode = "private"             private | public
-    public_ttl_seconds = 604800               lifetime of a public link (7 days)
-    max_bytes = 104857600                     largest file that gets a link (100 MiB)
-    denied = [".ssh", ".gnupg", ...]          see DEFAULT_DENIED
-    [[artifacts.mounts]]                      agent-visible prefix -> host directory
-    agent_prefix = "/workspace"               absolute: "/..." or "C:\\..."
-    host_dir = "/srv/agent/workspace"         absolute after "~" expansion
-
-    [[auth.keys]]                             bearer keys of the API server (none by default)
-    key = "..."                               >= 16 visible ASCII characters, unique
-    principal = "alice"                       [A-Za-z0-9._:@-]+
-    role = "user"                             user | proxy (proxy may assert an owner)
-
-    [proxy]
-    bind = "127.0.0.1:8653"
-    gateway_url = "http://127.0.0.1:8642"
-    gateway_key = ""                          a role=proxy key of the gateway
-    client_keys = []                          keys Open WebUI uses to call the proxy
-    openwebui_jwt_secret = ""                 verifies X-OpenWebUI-User-Jwt when set
-    trust_user_headers = true                 accept X-OpenWebUI-User-* without a JWT
-
-    [limits]
-    max_path_chars = 4096                     longest path candidate the rewriter holds
-    max_event_bytes = 1048576                 largest SSE event (1 MiB)
-    run_retention_seconds = 3600.0            how long a finished run's log is kept
-    run_log_max_events = 10000                events kept per run
+are a stable contract (DESIGN.md, "Configuration"). The schema is stated once, in the
+dataclasses below: every field is made with :func:`gateway.schema.setting` and carries
+its default, a one-line doc, its validation, its environment variable and whether it is
+secret. ``gateway config example`` prints it as a commented TOML file,
+``docs/configuration.md`` explains every key, and ``gateway config check`` shows what a
+file resolves to.
 
 Precedence, lowest to highest: built-in defaults, the TOML file (``load_config(path)``,
-else ``$GATEWAY_CONFIG``, else none), environment overrides:
-
-    GATEWAY_STATE_DIR        state_dir
-    GATEWAY_BIND             server.bind
-    GATEWAY_PUBLIC_BASE_URL  server.public_base_url
-    GATEWAY_UPSTREAM_URL     upstream.base_url
-    GATEWAY_ARTIFACT_ROOTS   artifacts.roots (os.pathsep-separated; empty parts skipped)
-    GATEWAY_PROXY_BIND       proxy.bind
-
-An environment variable that is set but empty counts as unset.
+else ``$GATEWAY_CONFIG``, else none), environment overrides (:data:`ENV_OVERRIDES`; a
+variable that is set but empty counts as unset).
 
 Normalisation: ``~`` is expanded in every host path and paths are made absolute and
 resolved (symlinks included; a relative path is taken from the working directory);
-trailing slashes are stripped from URLs and from mount prefixes.
+trailing slashes are stripped from URLs and from mount prefixes; derived defaults
+(``proxy.trust_user_headers``) become plain values; the deprecated
+``limits.run_retention_seconds`` becomes ``retention.runs_seconds``.
 
 Validation is all-or-nothing: the whole configuration is checked before a
 :class:`Config` exists, and the first problem raises :class:`~gateway.errors.ConfigError`
 whose ``key`` is the dotted key (``"server.bind"``, ``"auth.keys[1].role"``, or
-``"<file>"`` for an unreadable or malformed file). Refused: unknown keys (with a
-did-you-mean hint), wrong types (a boolean is not a number, an integer key does not take
-a float), non-finite numbers, a bind that is not host:port with port 0-65535, URLs that
-are not absolute http(s) with a host (or carry credentials, a query or a fragment), a
-link mode other than private/public, non-positive sizes, TTLs, timeouts and limits,
-short or duplicate keys, bad principals and roles, relative mount prefixes or host
-directories. A bad environment override names the variable in the message. Messages
-never echo a key or secret.
+``"<file>"`` for an unreadable or malformed file). A bad environment override names the
+variable in the message. Messages never echo a key or secret.
 """
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
-import math
 import os
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
-from urllib.parse import urlsplit
+from typing import Any, Literal
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from gateway import schema
 from gateway.errors import ConfigError
+from gateway.schema import Ctx, setting
 
 __all__ = [
     "DEFAULT_DENIED",
+    "DEPRECATED_ALIASES",
     "ENV_OVERRIDES",
     "MIN_KEY_CHARS",
     "ArtifactsConfig",
     "AuthConfig",
     "Config",
+    "DatabaseConfig",
     "KeyEntry",
     "LimitsConfig",
     "LinkMode",
+    "LoadedConfig",
+    "LogConfig",
+    "LogFormat",
+    "LogLevel",
     "Mount",
+    "OutputConfig",
     "ProxyConfig",
+    "RetentionConfig",
     "Role",
+    "RunsConfig",
     "ServerConfig",
     "UpstreamConfig",
     "config_from_dict",
+    "config_source",
+    "inspect_config",
     "load_config",
+    "mask_database_url",
     "parse_bind",
+    "parse_config_text",
+    "read_config_file",
 ]
 
 LinkMode = Literal["private", "public"]
 Role = Literal["user", "proxy"]
+LogFormat = Literal["text", "json"]
+LogLevel = Literal["debug", "info", "warning", "error"]
 
 MiB = 1024 * 1024
 MIN_KEY_CHARS = 16
@@ -139,30 +99,18 @@ DEFAULT_DENIED: tuple[str, ...] = (
     "id_ed25519",
 )
 
-#: Environment variable -> dotted key it overrides.
-ENV_OVERRIDES: Mapping[str, str] = {
-    "GATEWAY_STATE_DIR": "state_dir",
-    "GATEWAY_BIND": "server.bind",
-    "GATEWAY_PUBLIC_BASE_URL": "server.public_base_url",
-    "GATEWAY_UPSTREAM_URL": "upstream.base_url",
-    "GATEWAY_ARTIFACT_ROOTS": "artifacts.roots",
-    "GATEWAY_PROXY_BIND": "proxy.bind",
+#: Deprecated dotted key -> the key it is read as.
+DEPRECATED_ALIASES: Mapping[str, str] = {
+    "limits.run_retention_seconds": "retention.runs_seconds",
 }
-
-_DEFAULT_STATE_DIR = "~/.local/state/artifact-gateway"
-_DEFAULT_BIND = "127.0.0.1:8642"
-_DEFAULT_PUBLIC_BASE_URL = "http://127.0.0.1:8642"
-_DEFAULT_UPSTREAM_URL = "http://127.0.0.1:9000/v1"
-_DEFAULT_ROOTS = ("~/.agent/artifacts",)
-_DEFAULT_PROXY_BIND = "127.0.0.1:8653"
-_DEFAULT_GATEWAY_URL = "http://127.0.0.1:8642"
 
 _PRINCIPAL_RE = re.compile(r"[A-Za-z0-9._:@-]+")
 _HOSTNAME_RE = re.compile(r"[A-Za-z0-9._-]+")
 _WINDOWS_ABS_RE = re.compile(r"[A-Za-z]:[\\/]")
+_IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-# --------------------------------------------------------------------------- model
+# --------------------------------------------------------------------------- binds
 
 
 def parse_bind(bind: str) -> tuple[str, int]:
@@ -216,279 +164,12 @@ class _Listener:
         return parse_bind(self.bind)[1]
 
 
-@dataclass(frozen=True, slots=True)
-class ServerConfig(_Listener):
-    """``[server]``: the API server's listener and stream behaviour."""
-
-    bind: str
-    public_base_url: str
-    keepalive_seconds: float = 15.0
-    drain_timeout_seconds: float = 10.0
-    max_body_bytes: int = 4 * MiB
-    write_timeout_seconds: float = 10.0
+# --------------------------------------------------------------------------- checks
+# Each check gets the converted value, its dotted key and the context; it returns the
+# (possibly normalised) value or raises ctx.error(key, ...). None echoes a secret.
 
 
-@dataclass(frozen=True, slots=True)
-class UpstreamConfig:
-    """``[upstream]``: the OpenAI-compatible model server."""
-
-    base_url: str
-    api_key: str = field(repr=False)
-    connect_timeout_seconds: float = 10.0
-    idle_timeout_seconds: float = 300.0
-    models_cache_seconds: float = 60.0
-
-
-@dataclass(frozen=True, slots=True)
-class Mount:
-    """``[[artifacts.mounts]]``: the agent sees ``agent_prefix``; the files are in ``host_dir``."""
-
-    agent_prefix: str
-    host_dir: Path
-
-
-@dataclass(frozen=True, slots=True)
-class ArtifactsConfig:
-    """``[artifacts]``: which files may get managed-download links, and how."""
-
-    roots: tuple[Path, ...]
-    default_link_mode: LinkMode
-    public_ttl_seconds: int
-    max_bytes: int
-    mounts: tuple[Mount, ...] = ()
-    denied: tuple[str, ...] = DEFAULT_DENIED
-
-
-@dataclass(frozen=True, slots=True)
-class KeyEntry:
-    """``[[auth.keys]]``: one bearer key of the API server."""
-
-    key: str = field(repr=False)
-    principal: str
-    role: Role
-
-
-@dataclass(frozen=True, slots=True)
-class AuthConfig:
-    """``[auth]``: the bearer keys the API server accepts (none by default)."""
-
-    keys: tuple[KeyEntry, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ProxyConfig(_Listener):
-    """``[proxy]``: the Open WebUI runs proxy."""
-
-    bind: str
-    gateway_url: str
-    gateway_key: str = field(repr=False)
-    client_keys: tuple[str, ...] = field(repr=False)
-    openwebui_jwt_secret: str = field(repr=False)
-    trust_user_headers: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class LimitsConfig:
-    """``[limits]``: resource bounds."""
-
-    max_path_chars: int = 4096
-    max_event_bytes: int = 1 * MiB
-    run_retention_seconds: float = 3600.0
-    run_log_max_events: int = 10000
-
-
-@dataclass(frozen=True, slots=True)
-class Config:
-    """The whole, validated gateway configuration."""
-
-    state_dir: Path
-    server: ServerConfig
-    upstream: UpstreamConfig
-    artifacts: ArtifactsConfig
-    auth: AuthConfig
-    proxy: ProxyConfig
-    limits: LimitsConfig
-
-
-# --------------------------------------------------------------------------- schema
-
-_SECTION_KEYS: dict[str, tuple[str, ...]] = {
-    "server": (
-        "bind",
-        "public_base_url",
-        "keepalive_seconds",
-        "drain_timeout_seconds",
-        "max_body_bytes",
-        "write_timeout_seconds",
-    ),
-    "upstream": (
-        "base_url",
-        "api_key",
-        "connect_timeout_seconds",
-        "idle_timeout_seconds",
-        "models_cache_seconds",
-    ),
-    "artifacts": (
-        "roots",
-        "default_link_mode",
-        "public_ttl_seconds",
-        "max_bytes",
-        "mounts",
-        "denied",
-    ),
-    "auth": ("keys",),
-    "proxy": (
-        "bind",
-        "gateway_url",
-        "gateway_key",
-        "client_keys",
-        "openwebui_jwt_secret",
-        "trust_user_headers",
-    ),
-    "limits": (
-        "max_path_chars",
-        "max_event_bytes",
-        "run_retention_seconds",
-        "run_log_max_events",
-    ),
-}
-_TOP_LEVEL_KEYS: tuple[str, ...] = ("state_dir", *_SECTION_KEYS)
-_MOUNT_KEYS = ("agent_prefix", "host_dir")
-_AUTH_KEY_KEYS = ("key", "principal", "role")
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-class _Ctx:
-    """Validation context: remembers which keys came from the environment."""
-
-    def __init__(self) -> None:
-        self.sources: dict[str, str] = {}
-
-    def error(self, key: str, message: str) -> ConfigError:
-        for dotted, var in self.sources.items():
-            if key == dotted or key.startswith((dotted + "[", dotted + ".")):
-                return ConfigError(key, f"{message} (from environment variable {var})")
-        return ConfigError(key, message)
-
-
-def _type_name(value: object) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a float"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, Mapping):
-        return "a table"
-    if isinstance(value, list | tuple):
-        return "an array"
-    return f"a {type(value).__name__}"
-
-
-def _join(prefix: str, key: str) -> str:
-    return f"{prefix}.{key}" if prefix else key
-
-
-def _check_keys(table: Mapping[Any, Any], known: Sequence[str], prefix: str) -> None:
-    for raw in table:
-        key = str(raw)
-        if key in known:
-            continue
-        hint = ""
-        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-        if close:
-            hint = f"; did you mean {_join(prefix, close[0])!r}?"
-        elif not prefix:
-            homes = [s for s, keys in _SECTION_KEYS.items() if key in keys]
-            if homes:
-                hint = f"; did you mean {key!r} under [{homes[0]}]?"
-        raise ConfigError(_join(prefix, key), f"unknown key{hint}")
-
-
-def _table(value: object, key: str, ctx: _Ctx) -> Mapping[Any, Any]:
-    if not isinstance(value, Mapping):
-        raise ctx.error(key, f"expected a table, got {_type_name(value)}")
-    return value
-
-
-def _str(table: Mapping[str, object], name: str, prefix: str, default: str, ctx: _Ctx) -> str:
-    key = _join(prefix, name)
-    value = table.get(name, default)
-    if not isinstance(value, str):
-        raise ctx.error(key, f"expected a string, got {_type_name(value)}")
-    return value
-
-
-def _required_str(table: Mapping[str, object], name: str, prefix: str, ctx: _Ctx) -> str:
-    if name not in table:
-        raise ctx.error(_join(prefix, name), "is required")
-    return _str(table, name, prefix, "", ctx)
-
-
-def _bool(table: Mapping[str, object], name: str, prefix: str, default: bool, ctx: _Ctx) -> bool:
-    value = table.get(name, default)
-    if not isinstance(value, bool):
-        raise ctx.error(_join(prefix, name), f"expected a boolean, got {_type_name(value)}")
-    return value
-
-
-def _int(table: Mapping[str, object], name: str, prefix: str, default: int, ctx: _Ctx) -> int:
-    key = _join(prefix, name)
-    value = table.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ctx.error(key, f"expected an integer, got {_type_name(value)}")
-    if value <= 0:
-        raise ctx.error(key, "must be positive")
-    return value
-
-
-def _float(
-    table: Mapping[str, object],
-    name: str,
-    prefix: str,
-    default: float,
-    ctx: _Ctx,
-    *,
-    allow_zero: bool = False,
-) -> float:
-    key = _join(prefix, name)
-    value = table.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ctx.error(key, f"expected a number, got {_type_name(value)}")
-    number = float(value)
-    if not math.isfinite(number):
-        raise ctx.error(key, "must be a finite number")
-    if number < 0 or (number == 0 and not allow_zero):
-        raise ctx.error(key, "must not be negative" if allow_zero else "must be positive")
-    return number
-
-
-def _array(value: object, key: str, ctx: _Ctx) -> Sequence[object]:
-    if not isinstance(value, list | tuple):
-        raise ctx.error(key, f"expected an array, got {_type_name(value)}")
-    return cast(Sequence[object], value)
-
-
-def _str_array(
-    table: Mapping[str, object], name: str, prefix: str, default: Sequence[str], ctx: _Ctx
-) -> list[str]:
-    key = _join(prefix, name)
-    items = _array(table.get(name, default), key, ctx)
-    out: list[str] = []
-    for i, item in enumerate(items):
-        if not isinstance(item, str):
-            raise ctx.error(f"{key}[{i}]", f"expected a string, got {_type_name(item)}")
-        if not item:
-            raise ctx.error(f"{key}[{i}]", "must not be empty")
-        out.append(item)
-    return out
-
-
-def _bind(value: str, key: str, ctx: _Ctx) -> str:
+def check_bind(value: str, key: str, ctx: Ctx) -> str:
     try:
         parse_bind(value)
     except ValueError as exc:
@@ -496,7 +177,8 @@ def _bind(value: str, key: str, ctx: _Ctx) -> str:
     return value
 
 
-def _url(value: str, key: str, ctx: _Ctx) -> str:
+def check_http_url(value: str, key: str, ctx: Ctx) -> str:
+    """An absolute http(s) URL with a host, no credentials, query or fragment."""
     if not value or any(ch.isspace() or ord(ch) < 0x20 for ch in value):
         raise ctx.error(key, "must be an absolute http(s) URL without spaces")
     try:
@@ -515,35 +197,29 @@ def _url(value: str, key: str, ctx: _Ctx) -> str:
     return value.rstrip("/")
 
 
-def _host_path(value: str, key: str, ctx: _Ctx, *, must_be_absolute: bool = False) -> Path:
-    if not value:
-        raise ctx.error(key, "must not be empty")
+def check_database_url(value: str, key: str, ctx: Ctx) -> str:
+    """A ``postgresql://`` or ``postgres://`` URL naming a host (or ``?host=`` a socket)."""
+    if any(ch.isspace() or ord(ch) < 0x20 for ch in value):
+        raise ctx.error(key, "must not contain spaces or control characters")
     try:
-        path = Path(value).expanduser()
-    except RuntimeError:
-        raise ctx.error(key, "cannot expand '~': the home directory is unknown") from None
-    if must_be_absolute and not path.is_absolute():
-        raise ctx.error(key, "must be an absolute path (after '~' expansion)")
-    try:
-        return path.resolve()
-    except (OSError, ValueError, RuntimeError) as exc:
-        raise ctx.error(key, f"cannot resolve path: {type(exc).__name__}") from None
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for an invalid port
+        query = dict(parse_qsl(parts.query))
+    except ValueError:
+        raise ctx.error(key, "is not a valid URL") from None
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ctx.error(
+            key, 'must be "" (SQLite under state_dir) or a postgresql:// or postgres:// URL'
+        )
+    if not parts.hostname and not query.get("host"):
+        raise ctx.error(
+            key, "must name a host, like postgresql://user:password@db.internal/gateway"
+        )
+    return value
 
 
-def _is_agent_absolute(prefix: str) -> bool:
-    return prefix.startswith("/") or _WINDOWS_ABS_RE.match(prefix) is not None
-
-
-def _strip_separators(prefix: str) -> str:
-    stripped = prefix.rstrip("/\\")
-    if stripped == "":
-        return prefix[0]  # "/" itself
-    if re.fullmatch(r"[A-Za-z]:", stripped):
-        return prefix[:3]  # "C:\" itself
-    return stripped
-
-
-def _key_value(value: str, key: str, ctx: _Ctx) -> str:
+def check_key(value: str, key: str, ctx: Ctx) -> str:
+    """A bearer key: at least :data:`MIN_KEY_CHARS` visible ASCII characters."""
     if len(value) < MIN_KEY_CHARS:
         raise ctx.error(key, f"must be at least {MIN_KEY_CHARS} characters long")
     if not all(0x21 <= ord(ch) <= 0x7E for ch in value):
@@ -551,145 +227,391 @@ def _key_value(value: str, key: str, ctx: _Ctx) -> str:
     return value
 
 
-# --------------------------------------------------------------------------- sections
+def check_principal(value: str, key: str, ctx: Ctx) -> str:
+    if not _PRINCIPAL_RE.fullmatch(value):
+        raise ctx.error(key, "must be non-empty and use only letters, digits and . _ : @ -")
+    return value
 
 
-def _server(t: Mapping[str, object], ctx: _Ctx) -> ServerConfig:
-    p = "server"
-    return ServerConfig(
-        bind=_bind(_str(t, "bind", p, _DEFAULT_BIND, ctx), "server.bind", ctx),
-        public_base_url=_url(
-            _str(t, "public_base_url", p, _DEFAULT_PUBLIC_BASE_URL, ctx),
-            "server.public_base_url",
-            ctx,
-        ),
-        keepalive_seconds=_float(t, "keepalive_seconds", p, 15.0, ctx),
-        drain_timeout_seconds=_float(t, "drain_timeout_seconds", p, 10.0, ctx),
-        max_body_bytes=_int(t, "max_body_bytes", p, 4 * MiB, ctx),
-        write_timeout_seconds=_float(t, "write_timeout_seconds", p, 10.0, ctx),
-    )
+def check_agent_prefix(value: str, key: str, ctx: Ctx) -> str:
+    """An absolute agent-side path; trailing separators stripped (``/`` and ``C:\\`` stay)."""
+    if not (value.startswith("/") or _WINDOWS_ABS_RE.match(value)):
+        raise ctx.error(key, "must be an absolute path like '/workspace' or 'C:\\work'")
+    stripped = value.rstrip("/\\")
+    if stripped == "":
+        return value[0]
+    if re.fullmatch(r"[A-Za-z]:", stripped):
+        return value[:3]
+    return stripped
 
 
-def _upstream(t: Mapping[str, object], ctx: _Ctx) -> UpstreamConfig:
-    p = "upstream"
-    return UpstreamConfig(
-        base_url=_url(_str(t, "base_url", p, _DEFAULT_UPSTREAM_URL, ctx), "upstream.base_url", ctx),
-        api_key=_str(t, "api_key", p, "", ctx),
-        connect_timeout_seconds=_float(t, "connect_timeout_seconds", p, 10.0, ctx),
-        idle_timeout_seconds=_float(t, "idle_timeout_seconds", p, 300.0, ctx),
-        models_cache_seconds=_float(t, "models_cache_seconds", p, 60.0, ctx, allow_zero=True),
-    )
-
-
-def _mounts(value: object, ctx: _Ctx) -> tuple[Mount, ...]:
-    items = _array(value, "artifacts.mounts", ctx)
-    mounts: list[Mount] = []
-    seen: dict[str, int] = {}
-    for i, item in enumerate(items):
-        p = f"artifacts.mounts[{i}]"
-        t = _table(item, p, ctx)
-        _check_keys(t, _MOUNT_KEYS, p)
-        prefix = _required_str(t, "agent_prefix", p, ctx)
-        if not _is_agent_absolute(prefix):
-            raise ctx.error(
-                f"{p}.agent_prefix", "must be an absolute path like '/workspace' or 'C:\\work'"
-            )
-        prefix = _strip_separators(prefix)
-        if prefix in seen:
-            raise ctx.error(
-                f"{p}.agent_prefix", f"duplicates artifacts.mounts[{seen[prefix]}].agent_prefix"
-            )
-        seen[prefix] = i
-        host_dir = _host_path(
-            _required_str(t, "host_dir", p, ctx), f"{p}.host_dir", ctx, must_be_absolute=True
-        )
-        mounts.append(Mount(agent_prefix=prefix, host_dir=host_dir))
-    return tuple(mounts)
-
-
-def _artifacts(t: Mapping[str, object], ctx: _Ctx) -> ArtifactsConfig:
-    p = "artifacts"
-    root_texts = _str_array(t, "roots", p, _DEFAULT_ROOTS, ctx)
-    if not root_texts:
-        raise ctx.error("artifacts.roots", "at least one root is required")
-    roots = tuple(
-        _host_path(text, f"artifacts.roots[{i}]", ctx) for i, text in enumerate(root_texts)
-    )
-    mode = _str(t, "default_link_mode", p, "private", ctx)
-    if mode not in ("private", "public"):
+def check_identifier(value: str, key: str, ctx: Ctx) -> str:
+    if not _IDENTIFIER_RE.fullmatch(value):
+        raise ctx.error(key, "must be a plain identifier (letters, digits, _; not first a digit)")
+    if value == "gateway":
         raise ctx.error(
-            "artifacts.default_link_mode", f"must be 'private' or 'public', not {mode!r}"
+            key, "'gateway' is the gateway's own manifest and cannot come from upstream"
         )
-    return ArtifactsConfig(
-        roots=roots,
-        default_link_mode=cast(LinkMode, mode),
-        public_ttl_seconds=_int(t, "public_ttl_seconds", p, 604800, ctx),
-        max_bytes=_int(t, "max_bytes", p, 104857600, ctx),
-        mounts=_mounts(t.get("mounts", ()), ctx),
-        denied=tuple(_str_array(t, "denied", p, DEFAULT_DENIED, ctx)),
+    return value
+
+
+def mask_database_url(url: str) -> str:
+    """``url`` with its password (in the authority or a ``password=`` parameter) as ``****``."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "****" if url else ""
+    netloc = parts.netloc
+    if password is not None:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user = userinfo.partition(":")[0]
+        netloc = f"{user}:****@{hostport}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, "****" if k == "password" else v) for k, v in pairs], safe="*/")
+    if not url:
+        return ""
+    if "://" not in url:  # not a URL with an authority: keep nothing that could be secret
+        return "****"
+    # by hand: urlunsplit drops "//" before an empty authority for unknown schemes
+    return (
+        f"{parts.scheme}://{netloc}{parts.path}"
+        + (f"?{query}" if query else "")
+        + (f"#{parts.fragment}" if parts.fragment else "")
     )
 
 
-def _auth(t: Mapping[str, object], ctx: _Ctx) -> AuthConfig:
-    items = _array(t.get("keys", ()), "auth.keys", ctx)
-    entries: list[KeyEntry] = []
-    seen: dict[str, int] = {}
-    for i, item in enumerate(items):
-        p = f"auth.keys[{i}]"
-        e = _table(item, p, ctx)
-        _check_keys(e, _AUTH_KEY_KEYS, p)
-        key = _key_value(_required_str(e, "key", p, ctx), f"{p}.key", ctx)
-        if key in seen:
-            raise ctx.error(f"{p}.key", f"duplicates auth.keys[{seen[key]}].key")
-        seen[key] = i
-        principal = _required_str(e, "principal", p, ctx)
-        if not _PRINCIPAL_RE.fullmatch(principal):
-            raise ctx.error(
-                f"{p}.principal",
-                "must be non-empty and use only letters, digits and . _ : @ -",
-            )
-        role = _str(e, "role", p, "user", ctx)
-        if role not in ("user", "proxy"):
-            raise ctx.error(f"{p}.role", f"must be 'user' or 'proxy', not {role!r}")
-        entries.append(KeyEntry(key=key, principal=principal, role=cast(Role, role)))
-    return AuthConfig(keys=tuple(entries))
+# --------------------------------------------------------------------------- the schema
 
 
-def _proxy(t: Mapping[str, object], ctx: _Ctx) -> ProxyConfig:
-    p = "proxy"
-    gateway_key = _str(t, "gateway_key", p, "", ctx)
-    if gateway_key:
-        _key_value(gateway_key, "proxy.gateway_key", ctx)
-    client_keys = _str_array(t, "client_keys", p, (), ctx)
-    seen: dict[str, int] = {}
-    for i, key in enumerate(client_keys):
-        _key_value(key, f"proxy.client_keys[{i}]", ctx)
-        if key in seen:
-            raise ctx.error(f"proxy.client_keys[{i}]", f"duplicates proxy.client_keys[{seen[key]}]")
-        seen[key] = i
-    return ProxyConfig(
-        bind=_bind(_str(t, "bind", p, _DEFAULT_PROXY_BIND, ctx), "proxy.bind", ctx),
-        gateway_url=_url(
-            _str(t, "gateway_url", p, _DEFAULT_GATEWAY_URL, ctx), "proxy.gateway_url", ctx
-        ),
-        gateway_key=gateway_key,
-        client_keys=tuple(client_keys),
-        openwebui_jwt_secret=_str(t, "openwebui_jwt_secret", p, "", ctx),
-        trust_user_headers=_bool(t, "trust_user_headers", p, True, ctx),
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerConfig(_Listener):
+    """``[server]``: the API server's listener and stream behaviour."""
+
+    bind: str = setting(
+        "127.0.0.1:8642",
+        'host:port the API server listens on (IPv6 as "[::1]:8642"; port 0 = any free port)',
+        env="GATEWAY_BIND",
+        check=check_bind,
+    )
+    public_base_url: str = setting(
+        "http://127.0.0.1:8642",
+        "absolute origin (optionally with a path prefix) used in every minted link",
+        env="GATEWAY_PUBLIC_BASE_URL",
+        check=check_http_url,
+    )
+    keepalive_seconds: float = setting(
+        15.0, "interval of SSE keep-alive comments on a quiet stream"
+    )
+    drain_timeout_seconds: float = setting(
+        10.0, "on SIGTERM, how long in-flight streams get before the process exits"
+    )
+    max_body_bytes: int = setting(4 * MiB, "largest request body accepted (4 MiB)")
+    write_timeout_seconds: float = setting(
+        10.0, "give up on a client that stops reading for this long"
+    )
+    header_timeout_seconds: float = setting(
+        10.0, "a client must send a complete request head within this"
+    )
+    max_connections: int = setting(16384, "concurrent connections per process")
+    listen_backlog: int = setting(4096, "connections the kernel queues before they are accepted")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamConfig:
+    """``[upstream]``: the OpenAI-compatible model server."""
+
+    base_url: str = setting(
+        "http://127.0.0.1:9000/v1",
+        "the OpenAI-compatible server; /chat/completions and /models are called below it",
+        env="GATEWAY_UPSTREAM_URL",
+        check=check_http_url,
+    )
+    api_key: str = setting("", "optional bearer key sent upstream", secret=True)
+    connect_timeout_seconds: float = setting(10.0, "connecting to the upstream")
+    first_byte_timeout_seconds: float = setting(
+        120.0, "the upstream must answer (headers, first byte) within this"
+    )
+    idle_timeout_seconds: float = setting(300.0, "longest silence inside a stream")
+    models_cache_seconds: float = setting(
+        60.0, "how long GET /v1/models is cached (0 = not cached)", allow_zero=True
     )
 
 
-def _limits(t: Mapping[str, object], ctx: _Ctx) -> LimitsConfig:
-    p = "limits"
-    return LimitsConfig(
-        max_path_chars=_int(t, "max_path_chars", p, 4096, ctx),
-        max_event_bytes=_int(t, "max_event_bytes", p, 1 * MiB, ctx),
-        run_retention_seconds=_float(t, "run_retention_seconds", p, 3600.0, ctx),
-        run_log_max_events=_int(t, "run_log_max_events", p, 10000, ctx),
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Mount:
+    """``[[artifacts.mounts]]``: the agent sees ``agent_prefix``; the files are in ``host_dir``."""
+
+    agent_prefix: str = setting(
+        doc='the path the agent sees, absolute ("/workspace" or "C:\\\\work")',
+        check=check_agent_prefix,
+        unique=True,
+        example="/workspace",
     )
+    host_dir: Path = setting(
+        doc="where those files are on this host (absolute after ~ expansion)",
+        absolute=True,
+        example="/srv/agent/workspace",
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArtifactsConfig:
+    """``[artifacts]``: which files may get managed-download links, and how."""
+
+    roots: tuple[Path, ...] = setting(
+        (Path("~/.agent/artifacts"),),
+        "only files under these directories get links",
+        env="GATEWAY_ARTIFACT_ROOTS",
+        min_items=1,
+    )
+    default_link_mode: LinkMode = setting(
+        "private", "link mode when neither the request nor the proxy says"
+    )
+    public_ttl_seconds: int = setting(604800, "lifetime of a public link (7 days)")
+    max_bytes: int = setting(104857600, "largest file that gets a link (100 MiB)")
+    allow_hard_links: bool = setting(
+        False, "give links to files with more than one hard link (st_nlink > 1)"
+    )
+    denied: tuple[str, ...] = setting(
+        DEFAULT_DENIED, "names inside the roots that never get a link (fnmatch patterns)"
+    )
+    mounts: tuple[Mount, ...] = setting((), "agent-visible prefixes mapped to host directories")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KeyEntry:
+    """``[[auth.keys]]``: one bearer key of the API server (repeat the table per key)."""
+
+    key: str = setting(
+        doc=f"the bearer key: at least {MIN_KEY_CHARS} visible ASCII characters, unique",
+        check=check_key,
+        secret=True,
+        unique=True,
+        example="change-me-alice-0123456789",
+    )
+    principal: str = setting(
+        doc="who the key acts as: letters, digits and . _ : @ -",
+        check=check_principal,
+        example="alice",
+    )
+    role: Role = setting("user", "a proxy key may assert the owner and link mode of a request")
+    owner_prefix: str = setting(
+        "openwebui:",
+        "role = proxy only: every owner this key asserts starts with this",
+        check=check_principal,
+        commented=True,
+    )
+
+    @staticmethod
+    def _finish(values: dict[str, Any], given: Collection[str], prefix: str, ctx: Ctx) -> None:
+        if values["role"] != "proxy" and "owner_prefix" in given:
+            raise ctx.error(f"{prefix}.owner_prefix", 'is only for a role = "proxy" key')
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuthConfig:
+    """``[auth]``: the bearer keys the API server accepts (none by default)."""
+
+    keys: tuple[KeyEntry, ...] = setting((), "bearer keys of the API server")
+
+    @staticmethod
+    def _finish(values: dict[str, Any], given: Collection[str], prefix: str, ctx: Ctx) -> None:
+        """A user principal inside a proxy key's owner space could be impersonated by it."""
+        keys: tuple[KeyEntry, ...] = values["keys"]
+        proxies = [(i, k) for i, k in enumerate(keys) if k.role == "proxy"]
+        for i, entry in enumerate(keys):
+            if entry.role != "user":
+                continue
+            for j, proxy in proxies:
+                if entry.principal.startswith(proxy.owner_prefix):
+                    raise ctx.error(
+                        f"auth.keys[{i}].principal",
+                        f"starts with {proxy.owner_prefix!r}, the owner_prefix of the proxy "
+                        f"key auth.keys[{j}], so that proxy could act as this user; rename "
+                        "the principal or give the proxy key another owner_prefix",
+                    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProxyConfig(_Listener):
+    """``[proxy]``: the Open WebUI runs proxy (``gateway proxy``)."""
+
+    bind: str = setting(
+        "127.0.0.1:8653",
+        "host:port the proxy listens on",
+        env="GATEWAY_PROXY_BIND",
+        check=check_bind,
+    )
+    gateway_url: str = setting(
+        "http://127.0.0.1:8642", "the API server the proxy calls", check=check_http_url
+    )
+    gateway_key: str = setting(
+        "", "a role = proxy key of the gateway", check=check_key, optional=True, secret=True
+    )
+    client_keys: tuple[str, ...] = setting(
+        (), "keys Open WebUI uses to call the proxy", check=check_key, unique=True, secret=True
+    )
+    openwebui_jwt_secret: str = setting(
+        "", "verifies X-OpenWebUI-User-Jwt when set (HS256 shared secret)", secret=True
+    )
+    trust_user_headers: bool = setting(
+        True,
+        "accept X-OpenWebUI-User-* headers without a verified JWT",
+        default_doc="true when openwebui_jwt_secret is empty, false when it is set",
+    )
+    openwebui_url: str = setting(
+        "",
+        "Open WebUI's own origin, to verify forwarded sessions and upload files",
+        env="GATEWAY_OPENWEBUI_URL",
+        check=check_http_url,
+        optional=True,
+    )
+    session_cache_seconds: float = setting(
+        60.0,
+        "how long a verified Open WebUI session is cached, by token hash (0 = not cached)",
+        allow_zero=True,
+    )
+    native_delivery: bool = setting(
+        True, "upload artifacts into Open WebUI when a user session is forwarded"
+    )
+
+    @staticmethod
+    def _finish(values: dict[str, Any], given: Collection[str], prefix: str, ctx: Ctx) -> None:
+        if "trust_user_headers" not in given:
+            values["trust_user_headers"] = not values["openwebui_jwt_secret"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputConfig:
+    """``[output]``: what may leave the gateway besides the wire formats' own fields."""
+
+    extra_chunk_keys: tuple[str, ...] = setting(
+        (),
+        "extra top-level chunk keys relayed from upstream (each a plain identifier)",
+        check=check_identifier,
+        unique=True,
+    )
+    logprobs: bool = setting(False, "relay logprobs (rewritten) instead of dropping them")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitsConfig:
+    """``[limits]``: resource bounds."""
+
+    max_path_chars: int = setting(4096, "longest path candidate the rewriter holds back")
+    max_event_bytes: int = setting(1 * MiB, "largest SSE event accepted from upstream (1 MiB)")
+    max_json_depth: int = setting(64, "deepest JSON nesting accepted from clients and upstream")
+    run_log_max_events: int = setting(10000, "events journaled per run")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetentionConfig:
+    """``[retention]``: how long finished things are kept."""
+
+    runs_seconds: float = setting(86400.0, "run journals are kept this long after the run ends")
+    responses_seconds: float = setting(
+        2592000.0,
+        "stored responses are kept this long (30 days; 0 = never expire)",
+        allow_zero=True,
+    )
+    reaper_interval_seconds: float = setting(60.0, "how often expired entries are removed")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DatabaseConfig:
+    """``[database]``: the PostgreSQL store (used when database_url is set)."""
+
+    pool_size: int = setting(8, "PostgreSQL connections per process")
+    connect_timeout_seconds: float = setting(5.0, "connecting to PostgreSQL")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunsConfig:
+    """``[runs]``: background runs."""
+
+    lease_seconds: float = setting(
+        15.0, "a running run's lease; an instance that stops renewing it loses the run"
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogConfig:
+    """``[log]``: the serving commands' log lines (on stderr)."""
+
+    format: LogFormat = setting(
+        "text",
+        "text for people, json (one object per line) for log shippers",
+        env="GATEWAY_LOG_FORMAT",
+    )
+    level: LogLevel = setting("info", "the least severe level written")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    """The whole, validated gateway configuration."""
+
+    state_dir: Path = setting(
+        Path("~/.local/state/artifact-gateway"),
+        "SQLite database and signing secret (0600, made on first run)",
+        env="GATEWAY_STATE_DIR",
+    )
+    database_url: str = setting(
+        "",
+        '"" = SQLite under state_dir; a postgresql:// URL = state shared by several instances',
+        env="GATEWAY_DATABASE_URL",
+        check=check_database_url,
+        optional=True,
+        mask=mask_database_url,
+    )
+    server: ServerConfig
+    upstream: UpstreamConfig
+    artifacts: ArtifactsConfig
+    auth: AuthConfig
+    proxy: ProxyConfig
+    output: OutputConfig
+    limits: LimitsConfig
+    retention: RetentionConfig
+    database: DatabaseConfig
+    runs: RunsConfig
+    log: LogConfig
+
+
+#: Environment variable -> dotted key it overrides.
+ENV_OVERRIDES: Mapping[str, str] = schema.env_overrides(Config)
 
 
 # --------------------------------------------------------------------------- entry points
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedConfig:
+    """A :class:`Config` and where its values came from (for ``gateway config check``)."""
+
+    config: Config
+    source: str | None  # the file, "<stdin>", or None (defaults only)
+    env_sources: Mapping[str, str]  # dotted key -> environment variable
+    given: frozenset[str]  # dotted keys set by the file or the environment
+    renamed: Mapping[str, str]  # dotted key -> the deprecated key it was written as
+    notes: tuple[str, ...]  # deprecations
+
+
+def inspect_config(
+    data: Mapping[str, Any], env: Mapping[str, str] | None = None, source: str | None = None
+) -> LoadedConfig:
+    """Validate ``data`` (a parsed TOML document) and say where each value came from."""
+    ctx = Ctx()
+    cfg = schema.load(Config, data, env or {}, ctx, aliases=DEPRECATED_ALIASES)
+    return LoadedConfig(
+        cfg,
+        source,
+        dict(ctx.env_sources),
+        frozenset(ctx.given),
+        dict(ctx.renames),
+        tuple(ctx.notes),
+    )
 
 
 def config_from_dict(data: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Config:
@@ -699,37 +621,43 @@ def config_from_dict(data: Mapping[str, Any], env: Mapping[str, str] | None = No
     here means *no* overrides, so tests get the same result on every machine. Raises
     :class:`ConfigError` on the first problem; nothing is built until all is valid.
     """
-    ctx = _Ctx()
-    root = _table(data, "<root>", ctx)
-    _check_keys(root, _TOP_LEVEL_KEYS, "")
-    sections: dict[str, dict[str, object]] = {}
-    for name in _SECTION_KEYS:
-        section = _table(root.get(name, {}), name, ctx)
-        _check_keys(section, _SECTION_KEYS[name], name)
-        sections[name] = {str(k): v for k, v in section.items()}
-    top: dict[str, object] = {"state_dir": root.get("state_dir", _DEFAULT_STATE_DIR)}
+    return inspect_config(data, env).config
 
-    for var, dotted in ENV_OVERRIDES.items():
-        raw = (env or {}).get(var, "")
-        if not raw:
-            continue
-        value: object = raw
-        if var == "GATEWAY_ARTIFACT_ROOTS":
-            value = [part for part in raw.split(os.pathsep) if part]
-        section_name, _, key = dotted.rpartition(".")
-        (sections[section_name] if section_name else top)[key] = value
-        ctx.sources[dotted] = var
 
-    state_dir = _host_path(_str(top, "state_dir", "", _DEFAULT_STATE_DIR, ctx), "state_dir", ctx)
-    return Config(
-        state_dir=state_dir,
-        server=_server(sections["server"], ctx),
-        upstream=_upstream(sections["upstream"], ctx),
-        artifacts=_artifacts(sections["artifacts"], ctx),
-        auth=_auth(sections["auth"], ctx),
-        proxy=_proxy(sections["proxy"], ctx),
-        limits=_limits(sections["limits"], ctx),
-    )
+def parse_config_text(text: str, name: str) -> dict[str, Any]:
+    """Parse TOML ``text`` read from ``name``; malformed TOML is a ``"<file>"`` error."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("<file>", f"invalid TOML in {name}: {exc}") from None
+
+
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and parse one TOML file (``~`` expanded); every failure is a ``"<file>"`` error."""
+    file = Path(path).expanduser()
+    try:
+        raw = file.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError("<file>", f"config file not found: {file}") from None
+    except IsADirectoryError:
+        raise ConfigError("<file>", f"config path is a directory: {file}") from None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError("<file>", f"cannot read config file {file}: {reason}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError("<file>", f"config file {file} is not valid UTF-8") from None
+    return parse_config_text(text, str(file))
+
+
+def config_source(
+    path: str | os.PathLike[str] | None, env: Mapping[str, str]
+) -> str | os.PathLike[str] | None:
+    """The file to read: ``path``, else ``$GATEWAY_CONFIG`` (if set and not empty), else none."""
+    if path is not None:
+        return path
+    return env.get("GATEWAY_CONFIG") or None
 
 
 def load_config(
@@ -738,28 +666,10 @@ def load_config(
     """Load the configuration: ``path``, else ``$GATEWAY_CONFIG``, else defaults only.
 
     ``env`` defaults to :data:`os.environ` and provides both ``GATEWAY_CONFIG`` and the
-    overrides listed in the module docstring. A missing, unreadable or malformed file
-    raises :class:`ConfigError` with key ``"<file>"``.
+    overrides (:data:`ENV_OVERRIDES`). A missing, unreadable or malformed file raises
+    :class:`ConfigError` with key ``"<file>"``.
     """
     environ: Mapping[str, str] = os.environ if env is None else env
-    source: str | os.PathLike[str] | None = path
-    if source is None and environ.get("GATEWAY_CONFIG"):
-        source = environ["GATEWAY_CONFIG"]
-    data: dict[str, Any] = {}
-    if source is not None:
-        file = Path(source).expanduser()
-        try:
-            with file.open("rb") as fh:
-                data = tomllib.load(fh)
-        except FileNotFoundError:
-            raise ConfigError("<file>", f"config file not found: {file}") from None
-        except IsADirectoryError:
-            raise ConfigError("<file>", f"config path is a directory: {file}") from None
-        except OSError as exc:
-            reason = exc.strerror or type(exc).__name__
-            raise ConfigError("<file>", f"cannot read config file {file}: {reason}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError("<file>", f"invalid TOML in {file}: {exc}") from None
-        except UnicodeDecodeError:
-            raise ConfigError("<file>", f"config file {file} is not valid UTF-8") from None
+    source = config_source(path, environ)
+    data = read_config_file(source) if source is not None else {}
     return config_from_dict(data, environ)

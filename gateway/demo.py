@@ -1,31 +1,36 @@
-"""``gateway demo``: the demo upstream and the gateway in one process, no LLM needed.
+"""``gateway demo``: the demo upstream, the gateway and the runs proxy in one process.
 
-A throw-away state dir (signing key, SQLite) and artifact root are created under a
-temporary directory, demo keys are configured, and the URLs plus a ready-to-paste
-``curl -N`` command are printed. Ctrl-C drains and exits.
+No LLM needed. A throw-away state dir (signing key, SQLite) and artifact root are
+created under a temporary directory, demo keys are configured, and the URLs plus
+ready-to-paste ``curl -N`` commands are printed. Ctrl-C drains and exits.
+``python -m gateway.demo`` takes the same options as ``gateway demo``.
 """
 
 from __future__ import annotations
 
-import logging
+import argparse
+import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import trio
-
-from gateway.app import create_app
 from gateway.config import Config, config_from_dict
-from gateway.demo_upstream import create_demo_upstream_app
-from gateway.proxy import create_proxy_app
-from gateway.server import run_until_signalled
+from gateway.errors import ConfigError
 
 DEMO_USER_KEY = "demo-alice-key-0123456789"
 DEMO_BOB_KEY = "demo-bob-key-0123456789ab"
 DEMO_PROXY_KEY = "demo-proxy-key-0123456789"
 DEMO_OWUI_KEY = "demo-openwebui-key-0123456789"
+
+SUMMARY = "demo upstream, gateway and runs proxy in one process, no LLM"
+DETAILS = """\
+A scripted OpenAI-compatible upstream (it writes demo files and mentions their host
+paths), the API server rewriting them into links, and the Open WebUI runs proxy, with
+demo keys and a throw-away state directory. It prints the URLs and curl commands to
+try; Ctrl-C drains and exits. No configuration file is read."""
+EXAMPLE_ARGS = ("", " --port 18642 --upstream-port 19000 --proxy-port 18653 --log-format json")
 
 
 def demo_config(
@@ -59,62 +64,89 @@ def demo_config(
     )
 
 
-def main(
-    argv: list[str] | None = None,
-    *,
-    port: int = 8642,
-    upstream_port: int = 9000,
-    proxy_port: int = 8653,
-) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``gateway demo`` and ``python -m gateway.demo``."""
+    parser.add_argument(
+        "--port", type=int, default=8642, help="the gateway (API server) port (default 8642)"
+    )
+    parser.add_argument(
+        "--upstream-port",
+        type=int,
+        default=9000,
+        help="the scripted OpenAI-compatible demo upstream's port (default 9000)",
+    )
+    parser.add_argument(
+        "--proxy-port",
+        type=int,
+        default=8653,
+        help="the Open WebUI runs proxy's port (default 8653)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        help="log lines on stderr: text for people, json for log shippers "
+        "(default: $GATEWAY_LOG_FORMAT, else text)",
+    )
+
+
+def _banner(urls: list[list[str]], base: Path) -> str:
+    gw, px = urls[1][0], urls[2][0]
+    chat = '{"model": "demo", "stream": true, "messages": [{"role": "user", "content": "make me a report"}]}'
+    proxied = '{"model": "demo", "stream": true, "download_link_mode": "public", "messages": [{"role": "user", "content": "hi"}]}'
+    return "\n".join(
+        [
+            "",
+            f"demo upstream  {urls[0][0]}/v1  (scripted, no LLM)",
+            f"gateway        {gw}  (state in {base})",
+            f"keys           alice: {DEMO_USER_KEY}   bob: {DEMO_BOB_KEY}",
+            "",
+            "try:",
+            f"  curl -N {gw}/v1/chat/completions \\",
+            f"    -H 'Authorization: Bearer {DEMO_USER_KEY}' -H 'Content-Type: application/json' \\",
+            f"    -d '{chat}'",
+            "",
+            f"Open WebUI runs proxy {px}  (connection key {DEMO_OWUI_KEY}); as Open WebUI calls it:",
+            f"  curl -N {px}/v1/chat/completions \\",
+            f"    -H 'Authorization: Bearer {DEMO_OWUI_KEY}' -H 'X-OpenWebUI-User-Id: u-alice' \\",
+            "    -H 'Content-Type: application/json' \\",
+            f"    -d '{proxied}'",
+            "",
+            "Ctrl-C to stop.",
+        ]
+    )
+
+
+def serve_demo(*, port: int = 8642, upstream_port: int = 9000, proxy_port: int = 8653) -> int:
+    """Serve the three apps until SIGINT/SIGTERM; the temporary directory goes with them."""
+    import trio
+
+    from gateway.app import create_app
+    from gateway.demo_upstream import create_demo_upstream_app
+    from gateway.proxy import create_proxy_app
+    from gateway.server import run_until_signalled
+
     base = Path(tempfile.mkdtemp(prefix="artifact-gateway-demo-"))
     try:
         (base / "artifacts").mkdir()
         upstream_app = create_demo_upstream_app(base / "artifacts", outside_dir=base / "outside")
-        bind = f"127.0.0.1:{port}"
         cfg = demo_config(
             base,
             upstream_url=f"http://127.0.0.1:{upstream_port}/v1",
-            bind=bind,
+            bind=f"127.0.0.1:{port}",
             public_base_url=f"http://127.0.0.1:{port}",
             proxy_bind=f"127.0.0.1:{proxy_port}",
         )
         app = create_app(cfg)
         proxy_app = create_proxy_app(cfg)
-
-        def ready(urls: list[list[str]]) -> None:
-            gw = urls[1][0]
-            px = urls[2][0]
-            print(
-                "\n".join(
-                    [
-                        "",
-                        f"demo upstream  {urls[0][0]}/v1  (scripted, no LLM)",
-                        f"gateway        {gw}  (state in {base})",
-                        f"keys           alice: {DEMO_USER_KEY}   bob: {DEMO_BOB_KEY}",
-                        "",
-                        "try:",
-                        f"  curl -N {gw}/v1/chat/completions \\",
-                        f"    -H 'Authorization: Bearer {DEMO_USER_KEY}' -H 'Content-Type: application/json' \\",
-                        '    -d \'{"model": "demo", "stream": true, "messages": [{"role": "user", "content": "make me a report"}]}\'',
-                        "",
-                        f"Open WebUI runs proxy {px}  (connection key {DEMO_OWUI_KEY}); as Open WebUI calls it:",
-                        f"  curl -N {px}/v1/chat/completions \\",
-                        f"    -H 'Authorization: Bearer {DEMO_OWUI_KEY}' -H 'X-OpenWebUI-User-Id: u-alice' \\",
-                        "    -H 'Content-Type: application/json' \\",
-                        '    -d \'{"model": "demo", "stream": true, "download_link_mode": "public", "messages": [{"role": "user", "content": "hi"}]}\'',
-                        "",
-                        "Ctrl-C to stop.",
-                    ]
-                ),
-                flush=True,
-            )
-
         apps: list[tuple[Any, str, trio.Event | None]] = [
             (upstream_app, f"127.0.0.1:{upstream_port}", None),
-            (app, bind, app.gateway.draining),
-            (proxy_app, f"127.0.0.1:{proxy_port}", proxy_app.proxy.draining),
+            (app, cfg.server.bind, app.gateway.draining),
+            (proxy_app, cfg.proxy.bind, proxy_app.proxy.draining),
         ]
+
+        def ready(urls: list[list[str]]) -> None:
+            print(_banner(urls, base), flush=True)
+
         trio.run(
             lambda: run_until_signalled(
                 apps, drain_timeout=cfg.server.drain_timeout_seconds, on_ready=ready
@@ -123,6 +155,47 @@ def main(
         return 0
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``gateway demo`` with parsed options: logging, then :func:`serve_demo`."""
+    from gateway.logs import configure_logging
+    from gateway.server import find_bind_error
+
+    try:
+        env = {"GATEWAY_LOG_FORMAT": os.environ.get("GATEWAY_LOG_FORMAT", "")}
+        fmt = args.log_format or config_from_dict({}, env).log.format
+    except ConfigError as exc:
+        print(f"gateway: {exc.message}", file=sys.stderr, flush=True)
+        return 2
+    configure_logging("demo", fmt, "info")
+    try:
+        return serve_demo(
+            port=args.port, upstream_port=args.upstream_port, proxy_port=args.proxy_port
+        )
+    except BaseException as exc:
+        bind_err = find_bind_error(exc)
+        if bind_err is None:
+            raise
+        print(
+            f"gateway: cannot listen: {bind_err.strerror or bind_err}; is another demo or "
+            "gateway running? Pick other ports with --port/--upstream-port/--proxy-port.",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gateway.demo [options]`` (``argv`` defaults to ``sys.argv[1:]``)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m gateway.demo",
+        description=SUMMARY[0].upper() + SUMMARY[1:] + ".\n\n" + DETAILS,
+        epilog="examples:\n" + "\n".join(f"  python -m gateway.demo{a}" for a in EXAMPLE_ARGS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

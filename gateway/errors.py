@@ -95,7 +95,8 @@ class ConfigError(GatewayError):
     code = "invalid_config"
 
     def __init__(self, key: str, message: str):
-        super().__init__(f"config key {key!r}: {message}")
+        # "<file>" (the file itself is unreadable or malformed) is not a key to name
+        super().__init__(message if key == "<file>" else f"config key {key!r}: {message}")
         self.key = key
 
 

@@ -23,6 +23,7 @@ A second signal during the drain exits at once (status 0).
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import math
 import os
@@ -38,6 +39,8 @@ from hypercorn.config import Config as HyperConfig
 from hypercorn.events import Closed, Event, RawData
 from hypercorn.trio import serve
 from hypercorn.trio.tcp_server import TCPServer
+
+from gateway.logs import app_tag, tagged
 
 log = logging.getLogger("gateway.server")
 
@@ -137,6 +140,23 @@ def _install_bounded_writes() -> bool:
     return True
 
 
+def find_bind_error(exc: BaseException) -> OSError | None:
+    """The bind failure (address in use or not available, permission) inside whatever
+    trio or hypercorn wrapped it in, if any."""
+    if isinstance(exc, OSError) and exc.errno in (
+        errno.EADDRINUSE,
+        errno.EADDRNOTAVAIL,
+        errno.EACCES,
+    ):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            found = find_bind_error(sub)
+            if found is not None:
+                return found
+    return None
+
+
 def hypercorn_config(bind: str, *, graceful_timeout: float = 3.0) -> HyperConfig:
     cfg = HyperConfig()
     cfg.bind = [bind]
@@ -165,7 +185,8 @@ async def serve_app(
     cfg = hypercorn_config(bind, graceful_timeout=graceful_timeout)
     if write_bounds is not None and _install_bounded_writes():
         setattr(cfg, _BOUNDS_ATTR, write_bounds)
-    await serve(app, cfg, shutdown_trigger=shutdown_trigger, task_status=task_status)
+    with tagged(app_tag(app)):  # every task of this server logs under the app's name
+        await serve(app, cfg, shutdown_trigger=shutdown_trigger, task_status=task_status)
 
 
 async def _wait_no_requests(app: Any) -> None:

@@ -377,6 +377,52 @@ def _fmt_args(args: Sequence[str]) -> str:
     return " ".join(a if a and " " not in a else repr(a) for a in args)
 
 
+@dataclass(frozen=True)
+class _Job:
+    """What the fix lines name: the launchd target, the plist, the config and the role."""
+
+    domain: str
+    label: str
+    plist_path: str
+    config: str
+    role: str
+
+    def reload(self) -> tuple[str, ...]:
+        return _bootout_bootstrap(self.domain, self.label, self.plist_path)
+
+    def render(self) -> str:
+        return (
+            f"gateway service render launchd --role {self.role} --config {self.config} "
+            f"--out {self.plist_path}"
+        )
+
+
+def _config_and_role(
+    plist: Mapping[str, Any] | None, live: LaunchdJob | NotLoaded, config_path: str | None
+) -> tuple[str, str]:
+    """The config file and role the job runs with: ``config_path`` if given, else the
+    plist's (or the loaded job's) ``--config`` argument or ``GATEWAY_CONFIG``."""
+    sources: list[tuple[list[str], Mapping[str, Any]]] = []
+    if plist is not None:
+        sources.append(
+            (
+                [str(a) for a in plist.get("ProgramArguments", [])],
+                dict(plist.get("EnvironmentVariables", {})),
+            )
+        )
+    if isinstance(live, LaunchdJob):
+        sources.append((live.arguments, live.environment))
+    config, role = config_path, None
+    for args, env in sources:
+        if role is None and len(args) > 1 and args[1] in ("run", "proxy"):
+            role = "proxy" if args[1] == "proxy" else "api"
+        if config is None and "--config" in args[:-1]:
+            config = args[args.index("--config") + 1]
+        if config is None and env.get("GATEWAY_CONFIG"):
+            config = str(env["GATEWAY_CONFIG"])
+    return config or "<config file>", role or "api"
+
+
 def diagnose(
     plist: Mapping[str, Any] | None,
     live: LaunchdJob | NotLoaded,
@@ -384,249 +430,238 @@ def diagnose(
     plist_path: str = "<plist>",
     domain: str | None = None,
     drain_timeout: float | None = None,
+    config_path: str | None = None,
 ) -> list[Finding]:
-    """Compare the plist on disk with the loaded job and explain every problem."""
+    """Compare the plist on disk with the loaded job and explain every problem.
+
+    The fix lines name the job's real config file: ``config_path``, else the one in the
+    plist or the loaded job's arguments.
+    """
     label = str(plist.get("Label")) if plist and plist.get("Label") else ""
+    config, role = _config_and_role(plist, live, config_path)
     if isinstance(live, NotLoaded):
         the_domain = domain or _domain_from_not_found(live.domain)
-        the_label = label or live.label
-        return [
-            Finding(
-                "NOT_LOADED",
-                "error",
-                f"{the_label} is not loaded in {the_domain}",
-                (
-                    "launchd does not know this job: it was never bootstrapped, was booted "
-                    "out, or its plist was refused at load time.",
-                    *(
-                        ()
-                        if plist is not None
-                        else ("There is no plist on disk either: render one first.",)
-                    ),
-                ),
-                (
-                    *(
-                        ()
-                        if plist is not None
-                        else (f"gateway service render launchd --out {plist_path}",)
-                    ),
-                    f"plutil -lint {plist_path}",
-                    f"launchctl bootstrap {the_domain} {plist_path}",
-                ),
-            )
-        ]
-    the_domain = domain or live.domain or f"gui/{os.getuid()}"
-    the_label = live.label or label
+        job = _Job(the_domain, label or live.label, plist_path, config, role)
+        return [_not_loaded(plist, job)]
+    job = _Job(
+        domain or live.domain or f"gui/{os.getuid()}", live.label or label, plist_path, config, role
+    )
     findings: list[Finding] = []
-
-    # -- drift between the plist on disk and the loaded definition -------------
     if plist is not None:
-        drift: list[str] = []
-        want_args = [str(a) for a in plist.get("ProgramArguments", [])]
-        want_program = str(plist.get("Program") or (want_args[0] if want_args else ""))
-        if want_args and live.arguments and want_args != live.arguments:
-            drift += [
-                "arguments differ:",
-                f"  plist: {_fmt_args(want_args)}",
-                f"  live:  {_fmt_args(live.arguments)}",
-            ]
-        live_program = live.get("program")
-        if want_program and live_program and want_program != live_program:
-            drift.append(f"program: plist {want_program}  live {live_program}")
-        want_env = {str(k): str(v) for k, v in dict(plist.get("EnvironmentVariables", {})).items()}
-        for key, value in sorted(want_env.items()):
-            have = live.environment.get(key)
-            if have != value:
-                drift.append(f"environment {key}: plist {value!r}  live {have!r}")
-        for pkey, lkey in (
-            ("StandardOutPath", "stdout path"),
-            ("StandardErrorPath", "stderr path"),
-        ):
-            if pkey in plist and live.get(lkey) not in (None, str(plist[pkey])):
-                drift.append(f"{lkey}: plist {plist[pkey]}  live {live.get(lkey)}")
-        wd = live.get("working directory")
-        if "WorkingDirectory" in plist and wd is not None and wd != str(plist["WorkingDirectory"]):
-            drift.append(f"working directory: plist {plist['WorkingDirectory']}  live {wd}")
-        if "ExitTimeOut" in plist and live.exit_timeout not in (None, int(plist["ExitTimeOut"])):
-            drift.append(f"exit timeout: plist {plist['ExitTimeOut']}  live {live.exit_timeout}")
-        if "ThrottleInterval" in plist and live.minimum_runtime not in (
-            None,
-            int(plist["ThrottleInterval"]),
-        ):
-            drift.append(
-                f"throttle: plist ThrottleInterval {plist['ThrottleInterval']}  "
-                f"live minimum runtime {live.minimum_runtime}"
-            )
-        if plist.get("KeepAlive") and live.properties and "keepalive" not in live.properties:
-            drift.append("KeepAlive: set in the plist, missing from the loaded job's properties")
-        if drift:
-            findings.append(
-                Finding(
-                    "STALE_DEFINITION",
-                    "error",
-                    "the loaded job differs from the plist on disk",
-                    (
-                        *drift,
-                        "launchd keeps the definition it read at bootstrap. "
-                        "`launchctl kickstart -k` restarts the job with that loaded (old) "
-                        "definition, so it will NOT apply the plist; neither does editing "
-                        "the file. Unload and load it again:",
-                    ),
-                    _bootout_bootstrap(the_domain, the_label, plist_path),
-                )
-            )
-        live_path = live.get("path")
-        if live_path and plist_path != "<plist>" and Path(live_path) != Path(plist_path):
-            findings.append(
-                Finding(
-                    "OTHER_PLIST",
-                    "warn",
-                    "the job was loaded from another file than the plist checked here",
-                    (f"loaded from {live_path}", f"checked     {plist_path}"),
-                    (f"gateway service doctor --plist {live_path}",),
-                )
-            )
-        if "--replace" in want_args:
-            findings.append(
-                Finding(
-                    "REPLACE_IN_PLIST",
-                    "error",
-                    "the plist on disk runs `gateway run --replace`",
-                    (
-                        "--replace is for interactive use: under KeepAlive it makes copies "
-                        "take each other down in a restart loop.",
-                    ),
-                    (
-                        "gateway service render launchd --role api --config <config> "
-                        f"--out {plist_path}",
-                        *_bootout_bootstrap(the_domain, the_label, plist_path),
-                    ),
-                )
-            )
-
-    # -- the loaded job's own arguments --------------------------------------------
+        findings += _plist_findings(plist, live, job)
     if "--replace" in live.arguments:
-        findings.append(
-            Finding(
-                "REPLACE_IN_ARGUMENTS",
-                "error",
-                "the loaded job runs with --replace",
-                (
-                    f"live arguments: {_fmt_args(live.arguments)}",
-                    "Every start SIGTERMs the instance that holds the lock; launchd "
-                    "(KeepAlive) then starts the job again, which replaces the other "
-                    "copy, and so on: a restart loop ('runs' climbs). Newer gateways "
-                    "refuse --replace under launchd (XPC_SERVICE_NAME is set) and exit 2, "
-                    "so KeepAlive respawns them every ThrottleInterval instead. The fix is the definition: render "
-                    "it without --replace and reload it (kickstart -k would restart the "
-                    "same loaded arguments).",
-                ),
-                (
-                    "gateway service render launchd --role api --config <config> "
-                    f"--out {plist_path}",
-                    *_bootout_bootstrap(the_domain, the_label, plist_path),
-                ),
-            )
-        )
-
-    # -- flapping --------------------------------------------------------------------
-    runs = live.runs or 0
-    sig = live.last_signal
-    sig_text = live.get("last terminating signal")
-    if sig == 9 or runs >= FLAPPING_RUNS:
-        details = [f"runs = {runs} since it was loaded"]
-        if sig_text:
-            details.append(f"last terminating signal = {sig_text}")
-        if sig == 9:
-            details.append(
-                "SIGKILL (9) from launchd means the job did not exit within ExitTimeOut "
-                f"(exit timeout = {live.exit_timeout}) after SIGTERM: a drain longer than "
-                "the exit timeout, or a process stuck on a client that stopped reading. "
-                "ExitTimeOut must be above server.drain_timeout_seconds (render sets "
-                "drain + 5 s)."
-            )
-        if runs >= FLAPPING_RUNS:
-            code = live.last_exit_code
-            details.append(
-                "launchd keeps restarting it (KeepAlive) and it keeps exiting"
-                + (
-                    f"; last exit code {code}: {_EXIT_MEANING.get(code, 'see the log')}"
-                    if code is not None
-                    else ""
-                )
-                + ". Common causes here: --replace in the definition, a second gateway "
-                "started by hand holding the lock (exit 3), a bad config (exit 2)."
-            )
-        findings.append(
-            Finding(
-                "FLAPPING",
-                "error" if sig == 9 or live.state != "running" else "warn",
-                "the job is being restarted over and over"
-                if runs >= FLAPPING_RUNS
-                else "the job was killed with SIGKILL",
-                tuple(details),
-                (
-                    f"tail -n 50 {live.get('stderr path') or '<log file>'}",
-                    f"launchctl print {the_domain}/{the_label} | grep -E 'state|runs|last'",
-                ),
-            )
-        )
-
-    # -- not running -------------------------------------------------------------------
+        findings.append(_replace_in_arguments(live, job))
+    findings += _flapping(live, job)
     if live.state != "running":
-        code = live.last_exit_code
-        details = [f"state = {live.state}", f"last exit code = {live.get('last exit code')}"]
-        if code is not None:
-            details.append(_EXIT_MEANING.get(code, "see the log file"))
-        if sig_text:
-            details.append(f"last terminating signal = {sig_text}")
-        if live.state == "spawn scheduled":
-            details.append(
-                "launchd will start it again once the throttle interval "
-                f"(minimum runtime = {live.minimum_runtime}) has passed."
-            )
-        findings.append(
-            Finding(
-                "NOT_RUNNING",
-                "error",
-                f"{the_label} is loaded but not running",
-                tuple(details),
-                (
-                    f"tail -n 50 {live.get('stderr path') or '<log file>'}",
-                    f"launchctl kickstart {the_domain}/{the_label}",
-                ),
-            )
-        )
-
-    # -- stop timeout vs drain --------------------------------------------------------
+        findings.append(_not_running(live, job))
     if (
         drain_timeout is not None
         and live.exit_timeout is not None
         and live.exit_timeout <= drain_timeout
     ):
+        findings.append(_exit_timeout_too_short(live.exit_timeout, drain_timeout))
+    if not any(f.severity == "error" for f in findings):
+        title = f"{job.label} is running as defined (pid {live.pid}, runs {live.runs or 0})"
+        findings.insert(0, Finding("OK", "ok", title))
+    return findings
+
+
+def _not_loaded(plist: Mapping[str, Any] | None, job: _Job) -> Finding:
+    details = [
+        "launchd does not know this job: it was never bootstrapped, was booted "
+        "out, or its plist was refused at load time."
+    ]
+    fix = [f"plutil -lint {job.plist_path}", f"launchctl bootstrap {job.domain} {job.plist_path}"]
+    if plist is None:
+        details.append("There is no plist on disk either: render one first.")
+        fix.insert(0, job.render())
+    return Finding(
+        "NOT_LOADED",
+        "error",
+        f"{job.label} is not loaded in {job.domain}",
+        tuple(details),
+        tuple(fix),
+    )
+
+
+def _drift(plist: Mapping[str, Any], live: LaunchdJob) -> list[str]:
+    """How the loaded definition differs from the plist on disk, one line per field."""
+    drift: list[str] = []
+    want_args = [str(a) for a in plist.get("ProgramArguments", [])]
+    want_program = str(plist.get("Program") or (want_args[0] if want_args else ""))
+    if want_args and live.arguments and want_args != live.arguments:
+        drift += [
+            "arguments differ:",
+            f"  plist: {_fmt_args(want_args)}",
+            f"  live:  {_fmt_args(live.arguments)}",
+        ]
+    live_program = live.get("program")
+    if want_program and live_program and want_program != live_program:
+        drift.append(f"program: plist {want_program}  live {live_program}")
+    want_env = {str(k): str(v) for k, v in dict(plist.get("EnvironmentVariables", {})).items()}
+    for key, value in sorted(want_env.items()):
+        have = live.environment.get(key)
+        if have != value:
+            drift.append(f"environment {key}: plist {value!r}  live {have!r}")
+    for pkey, lkey in (("StandardOutPath", "stdout path"), ("StandardErrorPath", "stderr path")):
+        if pkey in plist and live.get(lkey) not in (None, str(plist[pkey])):
+            drift.append(f"{lkey}: plist {plist[pkey]}  live {live.get(lkey)}")
+    wd = live.get("working directory")
+    if "WorkingDirectory" in plist and wd is not None and wd != str(plist["WorkingDirectory"]):
+        drift.append(f"working directory: plist {plist['WorkingDirectory']}  live {wd}")
+    if "ExitTimeOut" in plist and live.exit_timeout not in (None, int(plist["ExitTimeOut"])):
+        drift.append(f"exit timeout: plist {plist['ExitTimeOut']}  live {live.exit_timeout}")
+    throttle = plist.get("ThrottleInterval")
+    if throttle is not None and live.minimum_runtime not in (None, int(throttle)):
+        drift.append(
+            f"throttle: plist ThrottleInterval {throttle}  "
+            f"live minimum runtime {live.minimum_runtime}"
+        )
+    if plist.get("KeepAlive") and live.properties and "keepalive" not in live.properties:
+        drift.append("KeepAlive: set in the plist, missing from the loaded job's properties")
+    return drift
+
+
+def _plist_findings(plist: Mapping[str, Any], live: LaunchdJob, job: _Job) -> list[Finding]:
+    findings: list[Finding] = []
+    drift = _drift(plist, live)
+    if drift:
         findings.append(
             Finding(
-                "EXIT_TIMEOUT_TOO_SHORT",
-                "warn",
-                "launchd may SIGKILL the gateway before its drain ends",
+                "STALE_DEFINITION",
+                "error",
+                "the loaded job differs from the plist on disk",
                 (
-                    f"exit timeout = {live.exit_timeout} s, "
-                    f"drain_timeout_seconds = {drain_timeout:g} s",
+                    *drift,
+                    "launchd keeps the definition it read at bootstrap. "
+                    "`launchctl kickstart -k` restarts the job with that loaded (old) "
+                    "definition, so it will NOT apply the plist; neither does editing "
+                    "the file. Unload and load it again:",
                 ),
-                (f"set ExitTimeOut to {stop_timeout(drain_timeout)} and reload",),
+                job.reload(),
             )
         )
-
-    if not any(f.severity == "error" for f in findings):
-        findings.insert(
-            0,
+    live_path = live.get("path")
+    if live_path and job.plist_path != "<plist>" and Path(live_path) != Path(job.plist_path):
+        findings.append(
             Finding(
-                "OK",
-                "ok",
-                f"{the_label} is running as defined (pid {live.pid}, runs {runs})",
-            ),
+                "OTHER_PLIST",
+                "warn",
+                "the job was loaded from another file than the plist checked here",
+                (f"loaded from {live_path}", f"checked     {job.plist_path}"),
+                (f"gateway service doctor --plist {live_path}",),
+            )
+        )
+    if "--replace" in [str(a) for a in plist.get("ProgramArguments", [])]:
+        findings.append(
+            Finding(
+                "REPLACE_IN_PLIST",
+                "error",
+                "the plist on disk runs `gateway run --replace`",
+                (
+                    "--replace is for interactive use: under KeepAlive it makes copies "
+                    "take each other down in a restart loop.",
+                ),
+                (job.render(), *job.reload()),
+            )
         )
     return findings
+
+
+def _replace_in_arguments(live: LaunchdJob, job: _Job) -> Finding:
+    return Finding(
+        "REPLACE_IN_ARGUMENTS",
+        "error",
+        "the loaded job runs with --replace",
+        (
+            f"live arguments: {_fmt_args(live.arguments)}",
+            "Every start SIGTERMs the instance that holds the lock; launchd "
+            "(KeepAlive) then starts the job again, which replaces the other "
+            "copy, and so on: a restart loop ('runs' climbs). Newer gateways "
+            "refuse --replace under launchd (XPC_SERVICE_NAME is set) and exit 2, "
+            "so KeepAlive respawns them every ThrottleInterval instead. The fix is the definition: render "
+            "it without --replace and reload it (kickstart -k would restart the "
+            "same loaded arguments).",
+        ),
+        (job.render(), *job.reload()),
+    )
+
+
+def _flapping(live: LaunchdJob, job: _Job) -> list[Finding]:
+    runs = live.runs or 0
+    sig = live.last_signal
+    sig_text = live.get("last terminating signal")
+    if sig != 9 and runs < FLAPPING_RUNS:
+        return []
+    details = [f"runs = {runs} since it was loaded"]
+    if sig_text:
+        details.append(f"last terminating signal = {sig_text}")
+    if sig == 9:
+        details.append(
+            "SIGKILL (9) from launchd means the job did not exit within ExitTimeOut "
+            f"(exit timeout = {live.exit_timeout}) after SIGTERM: a drain longer than "
+            "the exit timeout, or a process stuck on a client that stopped reading. "
+            "ExitTimeOut must be above server.drain_timeout_seconds (render sets "
+            "drain + 5 s)."
+        )
+    if runs >= FLAPPING_RUNS:
+        code = live.last_exit_code
+        meaning = (
+            f"; last exit code {code}: {_EXIT_MEANING.get(code, 'see the log')}"
+            if code is not None
+            else ""
+        )
+        details.append(
+            f"launchd keeps restarting it (KeepAlive) and it keeps exiting{meaning}. Common "
+            "causes here: --replace in the definition, a second gateway started by hand "
+            f"holding the lock (exit 3), a bad config (exit 2: `gateway config check "
+            f"--config {job.config}` names the key)."
+        )
+    return [
+        Finding(
+            "FLAPPING",
+            "error" if sig == 9 or live.state != "running" else "warn",
+            "the job is being restarted over and over"
+            if runs >= FLAPPING_RUNS
+            else "the job was killed with SIGKILL",
+            tuple(details),
+            (
+                f"tail -n 50 {live.get('stderr path') or '<log file>'}",
+                f"launchctl print {job.domain}/{job.label} | grep -E 'state|runs|last'",
+            ),
+        )
+    ]
+
+
+def _not_running(live: LaunchdJob, job: _Job) -> Finding:
+    code = live.last_exit_code
+    details = [f"state = {live.state}", f"last exit code = {live.get('last exit code')}"]
+    if code is not None:
+        details.append(_EXIT_MEANING.get(code, "see the log file"))
+    if live.get("last terminating signal"):
+        details.append(f"last terminating signal = {live.get('last terminating signal')}")
+    if live.state == "spawn scheduled":
+        details.append(
+            "launchd will start it again once the throttle interval "
+            f"(minimum runtime = {live.minimum_runtime}) has passed."
+        )
+    fix = [f"tail -n 50 {live.get('stderr path') or '<log file>'}"]
+    if code == EXIT_USAGE:
+        fix.append(f"gateway config check --config {job.config}")
+    fix.append(f"launchctl kickstart {job.domain}/{job.label}")
+    return Finding(
+        "NOT_RUNNING", "error", f"{job.label} is loaded but not running", tuple(details), tuple(fix)
+    )
+
+
+def _exit_timeout_too_short(exit_timeout: int, drain_timeout: float) -> Finding:
+    return Finding(
+        "EXIT_TIMEOUT_TOO_SHORT",
+        "warn",
+        "launchd may SIGKILL the gateway before its drain ends",
+        (f"exit timeout = {exit_timeout} s, drain_timeout_seconds = {drain_timeout:g} s",),
+        (f"set ExitTimeOut to {stop_timeout(drain_timeout)} and reload",),
+    )
 
 
 def _domain_from_not_found(text: str) -> str:
@@ -652,7 +687,9 @@ def format_report(
         lines.append(f"plist    {plist_path}")
     lines.append("")
     for f in findings:
-        lines.append(f"[{f.severity.upper()}] {f.code}: {f.title}")
+        # "[OK] com.artifact-gateway.api is running ..."; "[ERROR] NOT_RUNNING: ..."
+        code = "" if f.severity == "ok" else f"{f.code}: "
+        lines.append(f"[{f.severity.upper()}] {code}{f.title}")
         lines.extend(f"    {d}" for d in f.details)
         if f.fix:
             lines.append("  fix:")

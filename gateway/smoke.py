@@ -212,27 +212,10 @@ def check_selftest_stream(
         checks.append(Check(name, ok, detail))
         return ok
 
-    try:
-        body = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        add("stream is UTF-8", False, "the body is not valid UTF-8")
+    parsed = _parse_stream(raw, add)
+    if parsed is None:
         return checks, None
-    events = SSEDecoder().feed(raw)
-    if not add("stream ends with [DONE]", bool(events) and events[-1].data == "[DONE]"):
-        return checks, None
-    chunks: list[dict[str, Any]] = []
-    for ev in events[:-1]:
-        try:
-            obj = json.loads(ev.data)
-        except ValueError:
-            add("every data line is JSON", False, ev.data[:80])
-            return checks, None
-        if isinstance(obj, dict):
-            chunks.append(obj)
-    add("every data line is JSON", True, f"{len(chunks)} chunks")
-    if not chunks:
-        add("terminal chunk", False, "no chunk before [DONE]")
-        return checks, None
+    body, chunks = parsed
     terminal = chunks[-1]
     err = terminal.get("error")
     if err:
@@ -251,16 +234,47 @@ def check_selftest_stream(
         if c.get("choices")
     )
     add("streamed text arrived", f"Gateway self-test {nonce}: streaming works" in text)
-
     leaks = find_host_paths(body)
     if SELFTEST_DIR in body:
         leaks.append(f"...{SELFTEST_DIR}/...")
     add("no host-local path in the stream", not leaks, ", ".join(leaks)[:200])
-
     manifest = terminal.get("gateway")
     if not add("terminal chunk carries the manifest", isinstance(manifest, dict)):
         return checks, None
     assert isinstance(manifest, dict)
+    return checks, _check_manifest(manifest, text, nonce, mode, add)
+
+
+def _parse_stream(raw: bytes, add: Callable[..., bool]) -> tuple[str, list[dict[str, Any]]] | None:
+    """The body as text and its JSON chunks (at least one), or None after a failed check."""
+    try:
+        body = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        add("stream is UTF-8", False, "the body is not valid UTF-8")
+        return None
+    events = SSEDecoder().feed(raw)
+    if not add("stream ends with [DONE]", bool(events) and events[-1].data == "[DONE]"):
+        return None
+    chunks: list[dict[str, Any]] = []
+    for ev in events[:-1]:
+        try:
+            obj = json.loads(ev.data)
+        except ValueError:
+            add("every data line is JSON", False, ev.data[:80])
+            return None
+        if isinstance(obj, dict):
+            chunks.append(obj)
+    add("every data line is JSON", True, f"{len(chunks)} chunks")
+    if not chunks:
+        add("terminal chunk", False, "no chunk before [DONE]")
+        return None
+    return body, chunks
+
+
+def _check_manifest(
+    manifest: dict[str, Any], text: str, nonce: str, mode: str, add: Callable[..., bool]
+) -> dict[str, Any] | None:
+    """The manifest and the link in the text; the self-test file's artifact if listed."""
     add(
         f"manifest link mode is {mode}",
         manifest.get("download_link_mode") == mode,
@@ -272,8 +286,8 @@ def check_selftest_stream(
     if not add(
         "manifest lists the self-test file once", len(mine) == 1, f"{len(arts)} artifact(s)"
     ):
-        return checks, None
-    art = mine[0]
+        return None
+    art: dict[str, Any] = mine[0]
     url = str(art.get("url", ""))
     add(
         "manifest size matches",
@@ -289,13 +303,24 @@ def check_selftest_stream(
         signed if mode == "public" else not signed,
         "signed" if signed else "unsigned",
     )
-    return checks, art
+    return art
 
 
 def _tamper(url: str) -> str:
     parts = urlsplit(url)
     query = re.sub(r"sig=([^&]*)", lambda m: "sig=" + ("A" * len(m.group(1))), parts.query)
     return urlunsplit(parts._replace(query=query))
+
+
+#: what ``gateway smoke`` says when pointed at the runs proxy instead of the API server
+PROXY_HINT = (
+    "this is the Open WebUI runs proxy (its /health has a 'gateway' field), not the API "
+    "server: gateway smoke tests the API server, so pass the gateway's URL instead (the "
+    "proxy's proxy.gateway_url, by default http://127.0.0.1:8642) and one of its "
+    "[[auth.keys]]"
+)
+
+_Add = Callable[[str, bool, str], bool]
 
 
 def run_smoke(
@@ -319,84 +344,112 @@ def run_smoke(
 
     auth = {"Authorization": f"Bearer {key}"}
     with httpx.Client(timeout=httpx.Timeout(timeout), transport=transport) as client:
-        try:
-            r = client.get(f"{base}/health")
-        except httpx.HTTPError as exc:
-            add("GET /health", False, f"{type(exc).__name__}: {exc}")
+        if not _check_health(client, base, add):
             return report
-        add("GET /health", r.status_code == 200, f"HTTP {r.status_code} {r.text.strip()[:80]}")
-        try:
-            r = client.get(f"{base}/health/ready")
-            ready = (
-                r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
-            )
-            draining = bool(ready.get("checks", {}).get("draining"))
-            add(
-                "GET /health/ready (not draining)",
-                not draining,
-                f"HTTP {r.status_code} checks={ready.get('checks')}"
-                + ("" if r.status_code == 200 else " (the self-test does not need the upstream)"),
-            )
-        except (httpx.HTTPError, ValueError) as exc:
-            add("GET /health/ready", False, f"{type(exc).__name__}: {exc}")
-
         for mode in modes:
             nonce = secrets.token_hex(16)
-            try:
-                with client.stream(
-                    "POST",
-                    f"{base}{SELFTEST_ROUTE}",
-                    json={"nonce": nonce, "download_link_mode": mode},
-                    headers=auth,
-                ) as resp:
-                    raw = resp.read()
-            except httpx.HTTPError as exc:
-                add(f"[{mode}] POST {SELFTEST_ROUTE}", False, f"{type(exc).__name__}: {exc}")
-                continue
-            hint = {
-                401: "the key was refused",
-                404: "this gateway has no self-test route (an older version?)",
-            }.get(resp.status_code, raw.decode(errors="replace")[:120])
-            if not add(
-                f"[{mode}] POST {SELFTEST_ROUTE} streams",
-                resp.status_code == 200
-                and resp.headers.get("content-type", "").startswith("text/event-stream"),
-                f"HTTP {resp.status_code}" + ("" if resp.status_code == 200 else f": {hint}"),
-            ):
-                continue
-            checks, art = check_selftest_stream(raw, nonce, mode)
-            for c in checks:
-                add(f"[{mode}] {c.name}", c.ok, c.detail)
-            if art is None:
-                continue
-            url = str(art["url"])
-            try:
-                got = client.get(url, headers=auth if mode == "private" else {})
-                add(
-                    f"[{mode}] download returns the file's bytes",
-                    got.status_code == 200 and got.content == selftest_content(nonce),
-                    f"HTTP {got.status_code}, {len(got.content)} bytes",
-                )
-                add(
-                    f"[{mode}] download headers",
-                    got.headers.get("content-disposition", "").startswith("attachment")
-                    and got.headers.get("x-content-type-options") == "nosniff",
-                    got.headers.get("content-disposition", "-"),
-                )
-                if mode == "private":
-                    anon = client.get(url)
-                    add(
-                        "[private] link refused without the owner's key",
-                        anon.status_code in (401, 403, 404),
-                        f"HTTP {anon.status_code}",
-                    )
-                else:
-                    bad = client.get(_tamper(url))
-                    add(
-                        "[public] tampered signature refused",
-                        bad.status_code in (403, 404),
-                        f"HTTP {bad.status_code}",
-                    )
-            except httpx.HTTPError as exc:
-                add(f"[{mode}] download", False, f"{type(exc).__name__}: {exc}")
+            url = _check_selftest(client, base, auth, mode, nonce, add)
+            if url is not None:
+                _check_download(client, url, auth, mode, nonce, add)
     return report
+
+
+def _check_health(client: httpx.Client, base: str, add: _Add) -> bool:
+    """``/health`` and ``/health/ready``; False when there is no point going on."""
+    try:
+        r = client.get(f"{base}/health")
+    except httpx.HTTPError as exc:
+        return add("GET /health", False, f"{type(exc).__name__}: {exc}")
+    body = _json_object(r)
+    if "gateway" in body:
+        return add("GET /health answers as the API server", False, PROXY_HINT)
+    add("GET /health", r.status_code == 200, f"HTTP {r.status_code} {r.text.strip()[:80]}")
+    try:
+        r = client.get(f"{base}/health/ready")
+        ready = _json_object(r)
+        draining = bool(ready.get("checks", {}).get("draining"))
+        add(
+            "GET /health/ready (not draining)",
+            not draining,
+            f"HTTP {r.status_code} checks={ready.get('checks')}"
+            + ("" if r.status_code == 200 else " (the self-test does not need the upstream)"),
+        )
+    except httpx.HTTPError as exc:
+        add("GET /health/ready", False, f"{type(exc).__name__}: {exc}")
+    return True
+
+
+def _json_object(resp: httpx.Response) -> dict[str, Any]:
+    if not resp.headers.get("content-type", "").startswith("application/json"):
+        return {}
+    try:
+        value = resp.json()
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _check_selftest(
+    client: httpx.Client, base: str, auth: dict[str, str], mode: str, nonce: str, add: _Add
+) -> str | None:
+    """The self-test stream in ``mode``; the minted link's URL when all went well."""
+    try:
+        with client.stream(
+            "POST",
+            f"{base}{SELFTEST_ROUTE}",
+            json={"nonce": nonce, "download_link_mode": mode},
+            headers=auth,
+        ) as resp:
+            raw = resp.read()
+    except httpx.HTTPError as exc:
+        add(f"[{mode}] POST {SELFTEST_ROUTE}", False, f"{type(exc).__name__}: {exc}")
+        return None
+    hint = {
+        401: "the key was refused",
+        404: "this gateway has no self-test route (an older version?)",
+    }.get(resp.status_code, raw.decode(errors="replace")[:120])
+    if not add(
+        f"[{mode}] POST {SELFTEST_ROUTE} streams",
+        resp.status_code == 200
+        and resp.headers.get("content-type", "").startswith("text/event-stream"),
+        f"HTTP {resp.status_code}" + ("" if resp.status_code == 200 else f": {hint}"),
+    ):
+        return None
+    checks, art = check_selftest_stream(raw, nonce, mode)
+    for c in checks:
+        add(f"[{mode}] {c.name}", c.ok, c.detail)
+    return None if art is None else str(art["url"])
+
+
+def _check_download(
+    client: httpx.Client, url: str, auth: dict[str, str], mode: str, nonce: str, add: _Add
+) -> None:
+    try:
+        got = client.get(url, headers=auth if mode == "private" else {})
+        add(
+            f"[{mode}] download returns the file's bytes",
+            got.status_code == 200 and got.content == selftest_content(nonce),
+            f"HTTP {got.status_code}, {len(got.content)} bytes",
+        )
+        add(
+            f"[{mode}] download headers",
+            got.headers.get("content-disposition", "").startswith("attachment")
+            and got.headers.get("x-content-type-options") == "nosniff",
+            got.headers.get("content-disposition", "-"),
+        )
+        if mode == "private":
+            anon = client.get(url)
+            add(
+                "[private] link refused without the owner's key",
+                anon.status_code in (401, 403, 404),
+                f"HTTP {anon.status_code}",
+            )
+        else:
+            bad = client.get(_tamper(url))
+            add(
+                "[public] tampered signature refused",
+                bad.status_code in (403, 404),
+                f"HTTP {bad.status_code}",
+            )
+    except httpx.HTTPError as exc:
+        add(f"[{mode}] download", False, f"{type(exc).__name__}: {exc}")

@@ -31,6 +31,7 @@ from quart_trio.asgi import TrioASGIHTTPConnection
 from werkzeug.exceptions import HTTPException
 
 from gateway.errors import GatewayError, RequestError
+from gateway.logs import log_access
 from gateway.shapes import JSONTooDeep, loads_bounded
 
 __all__ = [
@@ -103,8 +104,8 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
         if hook is not None:
             hook(route, status, nbytes, seconds)
         if access_log.isEnabledFor(logging.INFO):
-            access_log.info(
-                "principal=%s method=%s path=%s route=%s status=%d bytes=%d duration_ms=%.1f",
+            log_access(
+                access_log,
                 scope.get("gateway.principal", "-"),
                 scope.get("method", "-"),
                 scope.get("path", "-"),

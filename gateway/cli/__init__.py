@@ -8,34 +8,52 @@ holds the state directory (:data:`gateway.lock.EXIT_ALREADY_RUNNING`).
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from gateway import __version__
-from gateway.cli import ops, serve, service
+from gateway.cli import config, ops, serve, service
 from gateway.cli.common import err
 from gateway.errors import ConfigError
 from gateway.lock import EXIT_USAGE
+from gateway.logs import configure_logging
 
 __all__ = ["build_parser", "main"]
 
-#: subcommands that serve (they log their work); the others print their own results
-SERVING = ("run", "proxy", "demo")
+DESCRIPTION = """\
+artifact gateway: relays an agent's SSE streams to its clients and turns the host
+paths it mentions into managed-download links."""
+
+EPILOG = """\
+examples:
+  gateway demo                                  demo upstream + gateway + proxy, no LLM
+  gateway config example > gateway.toml         every key, its default and meaning
+  gateway config check --config gateway.toml    validate; print the effective settings
+  gateway run --config gateway.toml             the API server
+  gateway health http://127.0.0.1:8642/health --wait
+
+exit status: 0 ok; 1 a failed check or runtime error; 2 bad configuration or
+invocation; 3 another instance already holds the state directory.
+`gateway COMMAND --help` describes each command."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="gateway", description="artifact gateway")
+    ap = argparse.ArgumentParser(
+        prog="gateway",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = ap.add_subparsers(dest="command", required=True)
-    for module in (serve, ops, service):
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (serve, config, ops, service):
         module.register(sub)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    level = logging.INFO if args.command in SERVING else logging.WARNING
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    # the serving commands reconfigure this from [log] once their config is loaded
+    configure_logging("gateway", "text", "warning")
     try:
         rc: int = args.func(args)
         return rc

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from gateway.cli.common import err
+from gateway.cli.common import err, help_text
 from gateway.lock import EXIT_USAGE
 
 
@@ -49,7 +49,15 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    health = sub.add_parser("health", help="poll a health URL until it answers 2xx")
+    health = sub.add_parser(
+        "health",
+        **help_text(
+            "poll a health URL until it answers 2xx",
+            "gateway health http://127.0.0.1:8642/health --wait",
+            "gateway health http://127.0.0.1:8653/health --tries 5 --interval 0.5",
+            details="Exit 0 once it answers 2xx, 1 when the tries run out.",
+        ),
+    )
     health.add_argument("url", help="e.g. http://127.0.0.1:8642/health")
     health.add_argument("--wait", action="store_true", help="keep trying (default 30 tries)")
     health.add_argument("--interval", type=float, default=1.0, help="seconds between tries")
@@ -57,9 +65,23 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     health.add_argument("--timeout", type=float, default=2.0, help="seconds per try")
     health.set_defaults(func=_cmd_health)
 
-    smoke = sub.add_parser("smoke", help="end-to-end self-test of a running gateway")
-    smoke.add_argument("base_url", help="e.g. http://127.0.0.1:8642")
+    smoke = sub.add_parser(
+        "smoke",
+        **help_text(
+            "end-to-end self-test of a running API server",
+            'gateway smoke http://127.0.0.1:8642 --key "$GATEWAY_SMOKE_KEY"',
+            "GATEWAY_SMOKE_KEY=... gateway smoke http://127.0.0.1:8642 --mode private",
+            details="Checks /health, then streams the built-in self-test (POST /v1/selftest):\n"
+            "a host path must become a link that downloads for its owner only. The\n"
+            "upstream is not needed. Point it at the API server, not the runs proxy.",
+        ),
+    )
+    smoke.add_argument(
+        "base_url", help="the API server (not the proxy), e.g. http://127.0.0.1:8642"
+    )
     smoke.add_argument("--key", help="a bearer key of the gateway (else $GATEWAY_SMOKE_KEY)")
-    smoke.add_argument("--mode", choices=["private", "public", "both"], default="both")
-    smoke.add_argument("--timeout", type=float, default=10.0)
+    smoke.add_argument(
+        "--mode", choices=["private", "public", "both"], default="both", help="default both"
+    )
+    smoke.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
     smoke.set_defaults(func=_cmd_smoke)

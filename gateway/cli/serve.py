@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
 import os
 import socket
@@ -14,26 +13,10 @@ from typing import Any
 import trio
 
 from gateway import __version__
-from gateway.cli.common import add_config_option, err
+from gateway.cli.common import add_config_option, add_log_format_option, err, help_text
 from gateway.lock import EXIT_ALREADY_RUNNING, EXIT_USAGE
 
 log = logging.getLogger("gateway")
-
-
-def _bind_error(exc: BaseException) -> OSError | None:
-    """The bind failure inside whatever trio/hypercorn wrapped it in, if any."""
-    if isinstance(exc, OSError) and exc.errno in (
-        errno.EADDRINUSE,
-        errno.EADDRNOTAVAIL,
-        errno.EACCES,
-    ):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for sub in exc.exceptions:
-            found = _bind_error(sub)
-            if found is not None:
-                return found
-    return None
 
 
 def _wait_port_free(bind: str, timeout: float) -> None:
@@ -114,10 +97,21 @@ def run_locked(cfg: Any, *, role: str, replace: bool, serve: Callable[[], int]) 
         lock.release()
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def _load(args: argparse.Namespace, process: str, role: str) -> Any:
+    """The config of a serving command; logging set up from it (``--log-format`` wins)."""
+    from gateway.cli.config import startup_warnings
     from gateway.config import load_config
+    from gateway.logs import configure_logging
 
     cfg = load_config(args.config)
+    configure_logging(process, args.log_format or cfg.log.format, cfg.log.level)
+    for warning in startup_warnings(cfg, role):
+        log.warning("%s", warning)
+    return cfg
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    cfg = _load(args, "gateway", "api")
     return run_locked(cfg, role="api", replace=args.replace, serve=lambda: _serve(cfg))
 
 
@@ -129,9 +123,7 @@ def _serve(cfg: Any) -> int:
 
 
 def _cmd_proxy(args: argparse.Namespace) -> int:
-    from gateway.config import load_config
-
-    cfg = load_config(args.config)
+    cfg = _load(args, "proxy", "proxy")
     return run_locked(cfg, role="proxy", replace=args.replace, serve=lambda: _serve_proxy(cfg))
 
 
@@ -144,7 +136,7 @@ def _serve_proxy(cfg: Any) -> int:
 
 def _serve_apps(cfg: Any, what: str, apps: list[tuple[Any, str, trio.Event | None]]) -> int:
     """Serve until signalled (see :mod:`gateway.server`); a bind failure is one clear line."""
-    from gateway.server import run_until_signalled
+    from gateway.server import find_bind_error, run_until_signalled
 
     def ready(urls: list[list[str]]) -> None:
         log.info("%s %s listening on %s (pid %d)", what, __version__, urls[0][0], os.getpid())
@@ -159,7 +151,7 @@ def _serve_apps(cfg: Any, what: str, apps: list[tuple[Any, str, trio.Event | Non
             )
         )
     except BaseException as exc:
-        bind_err = _bind_error(exc)
+        bind_err = find_bind_error(exc)
         if bind_err is None:
             raise
         err(f"cannot listen on {apps[0][1]}: {bind_err.strerror or bind_err}")
@@ -168,46 +160,52 @@ def _serve_apps(cfg: Any, what: str, apps: list[tuple[Any, str, trio.Event | Non
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from gateway.demo import main as demo_main
+    from gateway.demo import run
 
-    try:
-        return demo_main(
-            port=args.port, upstream_port=args.upstream_port, proxy_port=args.proxy_port
-        )
-    except BaseException as exc:
-        bind_err = _bind_error(exc)
-        if bind_err is None:
-            raise
-        err(
-            f"cannot listen: {bind_err.strerror or bind_err}; is another demo or gateway running? "
-            "Pick other ports with --port/--upstream-port/--proxy-port."
-        )
-        return 1
+    return run(args)
+
+
+_REPLACE_HELP = (
+    "interactive use only: drain the running {what} (SIGTERM), wait for it, start; "
+    "refused under launchd/systemd"
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    run = sub.add_parser("run", help="run the API server")
-    add_config_option(run)
-    run.add_argument(
-        "--replace",
-        action="store_true",
-        help="interactive use only: drain the running instance (SIGTERM), wait for it, start; "
-        "refused under launchd/systemd",
+    run = sub.add_parser(
+        "run",
+        **help_text(
+            "run the API server",
+            "gateway run --config /etc/artifact-gateway/gateway.toml",
+            "GATEWAY_CONFIG=gateway.toml gateway run --log-format json",
+            details="Chat completions, Responses, background runs and managed downloads on\n"
+            "[server] bind (default 127.0.0.1:8642). One instance per state directory;\n"
+            "SIGTERM drains. Check the configuration first with `gateway config check`.",
+        ),
     )
+    add_config_option(run)
+    add_log_format_option(run)
+    run.add_argument("--replace", action="store_true", help=_REPLACE_HELP.format(what="instance"))
     run.set_defaults(func=_cmd_run)
 
-    proxy = sub.add_parser("proxy", help="run the Open WebUI runs proxy")
-    add_config_option(proxy)
-    proxy.add_argument(
-        "--replace",
-        action="store_true",
-        help="interactive use only: drain the running proxy (SIGTERM), wait for it, start; "
-        "refused under launchd/systemd",
+    proxy = sub.add_parser(
+        "proxy",
+        **help_text(
+            "run the Open WebUI runs proxy",
+            "gateway proxy --config /etc/artifact-gateway/gateway.toml",
+            details="Open WebUI calls it as an OpenAI connection ([proxy] bind, default\n"
+            "127.0.0.1:8653, keys proxy.client_keys); it runs each chat on the API server\n"
+            "(proxy.gateway_url, key proxy.gateway_key) as the Open WebUI user.",
+        ),
     )
+    add_config_option(proxy)
+    add_log_format_option(proxy)
+    proxy.add_argument("--replace", action="store_true", help=_REPLACE_HELP.format(what="proxy"))
     proxy.set_defaults(func=_cmd_proxy)
 
-    demo = sub.add_parser("demo", help="run the demo upstream and the gateway in one process")
-    demo.add_argument("--port", type=int, default=8642)
-    demo.add_argument("--upstream-port", type=int, default=9000)
-    demo.add_argument("--proxy-port", type=int, default=8653)
+    from gateway.demo import DETAILS, EXAMPLE_ARGS, SUMMARY, add_arguments
+
+    examples = (f"gateway demo{a}" for a in EXAMPLE_ARGS)
+    demo = sub.add_parser("demo", **help_text(SUMMARY, *examples, details=DETAILS))
+    add_arguments(demo)
     demo.set_defaults(func=_cmd_demo)

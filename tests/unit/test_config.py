@@ -17,6 +17,7 @@ from gateway.config import (
     KeyEntry,
     Mount,
     config_from_dict,
+    inspect_config,
     load_config,
     parse_bind,
 )
@@ -145,8 +146,28 @@ def test_defaults(home: Path) -> None:
     assert cfg.proxy.trust_user_headers is True
     assert cfg.limits.max_path_chars == 4096
     assert cfg.limits.max_event_bytes == 1024 * 1024
-    assert cfg.limits.run_retention_seconds == 3600.0
     assert cfg.limits.run_log_max_events == 10000
+    # keys added after DESIGN.md's list
+    assert cfg.database_url == ""
+    assert cfg.server.header_timeout_seconds == 10.0
+    assert cfg.server.max_connections == 16384
+    assert cfg.server.listen_backlog == 4096
+    assert cfg.upstream.first_byte_timeout_seconds == 120.0
+    assert cfg.artifacts.allow_hard_links is False
+    assert cfg.proxy.openwebui_url == ""
+    assert cfg.proxy.session_cache_seconds == 60.0
+    assert cfg.proxy.native_delivery is True
+    assert cfg.output.extra_chunk_keys == ()
+    assert cfg.output.logprobs is False
+    assert cfg.limits.max_json_depth == 64
+    assert cfg.retention.runs_seconds == 86400.0
+    assert cfg.retention.responses_seconds == 2592000.0
+    assert cfg.retention.reaper_interval_seconds == 60.0
+    assert cfg.database.pool_size == 8
+    assert cfg.database.connect_timeout_seconds == 5.0
+    assert cfg.runs.lease_seconds == 15.0
+    assert cfg.log.format == "text"
+    assert cfg.log.level == "info"
 
 
 def test_defaults_use_os_environ_when_env_is_none(
@@ -253,7 +274,7 @@ run_retention_seconds = 1.5
     assert cfg.proxy.trust_user_headers is False
     assert cfg.proxy.bind == "127.0.0.1:8653"  # untouched default
     assert cfg.limits.run_log_max_events == 5
-    assert cfg.limits.run_retention_seconds == 1.5
+    assert cfg.retention.runs_seconds == 1.5  # the deprecated alias still works
     assert cfg.limits.max_path_chars == 4096
 
 
@@ -349,9 +370,15 @@ bind = "127.0.0.1:1001"
             [str(tmp_path / "r1"), "", "~/r2"]  # empty parts are skipped
         ),
         "GATEWAY_PROXY_BIND": "0.0.0.0:2001",
+        "GATEWAY_DATABASE_URL": "postgresql://gw:pw@db.internal:5432/gateway",
+        "GATEWAY_OPENWEBUI_URL": "https://chat.example.com/",
+        "GATEWAY_LOG_FORMAT": "json",
     }
     assert set(env) == set(ENV_OVERRIDES)
     cfg = load_config(path, env=env)
+    assert cfg.database_url == "postgresql://gw:pw@db.internal:5432/gateway"
+    assert cfg.proxy.openwebui_url == "https://chat.example.com"
+    assert cfg.log.format == "json"
     assert cfg.state_dir == home / "env-state"
     assert cfg.server.bind == "[::1]:2000"
     assert cfg.server.public_base_url == "https://env.example.com"
@@ -389,6 +416,9 @@ def test_env_override_wins_over_a_bad_file_value(home: Path) -> None:
         ("GATEWAY_STATE_DIR", "~no-such-user-xyzzy/state", "state_dir"),
         ("GATEWAY_ARTIFACT_ROOTS", "~no-such-user-xyzzy/a", "artifacts.roots[0]"),
         ("GATEWAY_ARTIFACT_ROOTS", os.pathsep, "artifacts.roots"),
+        ("GATEWAY_DATABASE_URL", "mysql://u:pw@h/db", "database_url"),
+        ("GATEWAY_OPENWEBUI_URL", "chat.example.com", "proxy.openwebui_url"),
+        ("GATEWAY_LOG_FORMAT", "xml", "log.format"),
     ],
 )
 def test_bad_env_override_names_the_variable(home: Path, var: str, value: str, key: str) -> None:
@@ -614,6 +644,47 @@ BAD_CASES: list[tuple[str, dict[str, Any], str]] = [
     ("mount host_dir relative", {"artifacts": {"mounts": [{"agent_prefix": "/w", "host_dir": "rel/dir"}]}}, "artifacts.mounts[0].host_dir"),
     ("mount host_dir missing", {"artifacts": {"mounts": [{"agent_prefix": "/w"}]}}, "artifacts.mounts[0].host_dir"),
     ("mount host_dir unknown user", {"artifacts": {"mounts": [{"agent_prefix": "/w", "host_dir": "~no-such-user-xyzzy/w"}]}}, "artifacts.mounts[0].host_dir"),
+    # keys added after DESIGN.md's list
+    ("database_url not a string", {"database_url": 5}, "database_url"),
+    ("database_url scheme", {"database_url": "mysql://gw:pw@db/gateway"}, "database_url"),
+    ("database_url sqlite", {"database_url": "sqlite:///x.db"}, "database_url"),
+    ("database_url no host", {"database_url": "postgresql:///gateway"}, "database_url"),
+    ("database_url bad port", {"database_url": "postgresql://db:99999/gateway"}, "database_url"),
+    ("database_url space", {"database_url": "postgresql://db/gate way"}, "database_url"),
+    ("header timeout zero", {"server": {"header_timeout_seconds": 0}}, "server.header_timeout_seconds"),
+    ("max_connections zero", {"server": {"max_connections": 0}}, "server.max_connections"),
+    ("listen_backlog float", {"server": {"listen_backlog": 10.5}}, "server.listen_backlog"),
+    ("first byte negative", {"upstream": {"first_byte_timeout_seconds": -1}}, "upstream.first_byte_timeout_seconds"),
+    ("hard links not a bool", {"artifacts": {"allow_hard_links": "yes"}}, "artifacts.allow_hard_links"),
+    ("owner_prefix on a user key", {"auth": {"keys": [{"key": ALICE_KEY, "principal": "alice", "owner_prefix": "x:"}]}}, "auth.keys[0].owner_prefix"),
+    ("owner_prefix empty", {"auth": {"keys": [{"key": PROXY_KEY, "principal": "p", "role": "proxy", "owner_prefix": ""}]}}, "auth.keys[0].owner_prefix"),
+    ("owner_prefix space", {"auth": {"keys": [{"key": PROXY_KEY, "principal": "p", "role": "proxy", "owner_prefix": "open webui:"}]}}, "auth.keys[0].owner_prefix"),
+    ("user in a proxy's owner space", keys((PROXY_KEY, "proxy", "proxy"), (ALICE_KEY, "openwebui:alice", "user")), "auth.keys[1].principal"),
+    ("openwebui_url not a URL", {"proxy": {"openwebui_url": "chat.example.com"}}, "proxy.openwebui_url"),
+    ("openwebui_url with a query", {"proxy": {"openwebui_url": "https://chat.example.com/?x=1"}}, "proxy.openwebui_url"),
+    ("session cache negative", {"proxy": {"session_cache_seconds": -1}}, "proxy.session_cache_seconds"),
+    ("native delivery not a bool", {"proxy": {"native_delivery": 1}}, "proxy.native_delivery"),
+    ("trust headers derived, still typed", {"proxy": {"trust_user_headers": "no"}}, "proxy.trust_user_headers"),
+    ("output not a table", {"output": []}, "output"),
+    ("extra key not an identifier", {"output": {"extra_chunk_keys": ["x-trace"]}}, "output.extra_chunk_keys[0]"),
+    ("extra key starts with a digit", {"output": {"extra_chunk_keys": ["1x"]}}, "output.extra_chunk_keys[0]"),
+    ("extra key is the manifest", {"output": {"extra_chunk_keys": ["trace", "gateway"]}}, "output.extra_chunk_keys[1]"),
+    ("extra key duplicate", {"output": {"extra_chunk_keys": ["trace", "trace"]}}, "output.extra_chunk_keys[1]"),
+    ("extra key empty", {"output": {"extra_chunk_keys": [""]}}, "output.extra_chunk_keys[0]"),
+    ("logprobs not a bool", {"output": {"logprobs": "true"}}, "output.logprobs"),
+    ("json depth zero", {"limits": {"max_json_depth": 0}}, "limits.max_json_depth"),
+    ("runs retention zero", {"retention": {"runs_seconds": 0}}, "retention.runs_seconds"),
+    ("responses retention negative", {"retention": {"responses_seconds": -1}}, "retention.responses_seconds"),
+    ("reaper zero", {"retention": {"reaper_interval_seconds": 0}}, "retention.reaper_interval_seconds"),
+    ("alias and new key both", {"limits": {"run_retention_seconds": 5}, "retention": {"runs_seconds": 6}}, "limits.run_retention_seconds"),
+    ("alias not a number", {"limits": {"run_retention_seconds": "1h"}}, "limits.run_retention_seconds"),
+    ("pool zero", {"database": {"pool_size": 0}}, "database.pool_size"),
+    ("db connect timeout inf", {"database": {"connect_timeout_seconds": float("inf")}}, "database.connect_timeout_seconds"),
+    ("lease zero", {"runs": {"lease_seconds": 0}}, "runs.lease_seconds"),
+    ("unknown runs key", {"runs": {"lease": 1}}, "runs.lease"),
+    ("log format", {"log": {"format": "xml"}}, "log.format"),
+    ("log level", {"log": {"level": "verbose"}}, "log.level"),
+    ("log level case", {"log": {"level": "INFO"}}, "log.level"),
 ]  # fmt: skip
 
 
@@ -703,6 +774,80 @@ def test_config_error_is_a_gateway_error() -> None:
     assert info.value.code == "invalid_config"
     assert isinstance(info.value.to_dict(), dict)
     assert isinstance(config_from_dict({}), Config)
+
+
+# --------------------------------------------------------------------------- added keys
+
+
+def test_trust_user_headers_default_follows_the_jwt_secret(home: Path) -> None:
+    assert config_from_dict({}).proxy.trust_user_headers is True
+    with_secret = config_from_dict({"proxy": {"openwebui_jwt_secret": "s3cret"}})
+    assert with_secret.proxy.trust_user_headers is False
+    explicit = {"openwebui_jwt_secret": "s3cret", "trust_user_headers": True}
+    assert config_from_dict({"proxy": explicit}).proxy.trust_user_headers is True
+    no_secret = {"trust_user_headers": False}
+    assert config_from_dict({"proxy": no_secret}).proxy.trust_user_headers is False
+
+
+def test_run_retention_seconds_is_a_deprecated_alias(home: Path) -> None:
+    loaded = inspect_config({"limits": {"run_retention_seconds": 90}})
+    assert loaded.config.retention.runs_seconds == 90.0
+    assert not hasattr(loaded.config.limits, "run_retention_seconds")
+    assert loaded.notes == (
+        "limits.run_retention_seconds is deprecated: write it as retention.runs_seconds",
+    )
+    assert inspect_config({"retention": {"runs_seconds": 90}}).notes == ()
+
+
+def test_owner_prefix(home: Path) -> None:
+    cfg = config_from_dict(keys((PROXY_KEY, "owui", "proxy"), (ALICE_KEY, "alice", "user")))
+    assert [k.owner_prefix for k in cfg.auth.keys] == ["openwebui:", "openwebui:"]
+    custom = {"key": PROXY_KEY, "principal": "slack", "role": "proxy", "owner_prefix": "slack:"}
+    user = {"key": ALICE_KEY, "principal": "openwebui:alice"}  # no proxy claims openwebui:
+    cfg = config_from_dict({"auth": {"keys": [custom, user]}})
+    assert cfg.auth.keys[0].owner_prefix == "slack:"
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(keys((PROXY_KEY, "owui", "proxy"), (ALICE_KEY, "openwebui:al", "user")))
+    message = str(info.value)
+    assert "auth.keys[0]" in message and "'openwebui:'" in message
+    assert PROXY_KEY not in message and ALICE_KEY not in message
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://gw:pw@db.internal:5432/gateway",
+        "postgres://gw@db/gateway?sslmode=require",
+        "postgresql:///gateway?host=/var/run/postgresql",
+        "postgresql://[::1]/gateway",
+    ],
+)
+def test_database_url_forms(home: Path, url: str) -> None:
+    assert config_from_dict({"database_url": url}).database_url == url
+
+
+def test_database_password_never_printed(home: Path) -> None:
+    for url in ("mysql://gw:pg-pass-xyz@db/x", "postgresql://gw:pg-pass-xyz@/x"):
+        with pytest.raises(ConfigError) as info:
+            config_from_dict({"database_url": url})
+        assert "pg-pass-xyz" not in str(info.value)
+        with pytest.raises(ConfigError) as info:
+            config_from_dict({}, env={"GATEWAY_DATABASE_URL": url})
+        assert "pg-pass-xyz" not in str(info.value) and "GATEWAY_DATABASE_URL" in str(info.value)
+    cfg = config_from_dict({"database_url": "postgresql://gw:pg-pass-xyz@db/x"})
+    assert "pg-pass-xyz" not in repr(cfg)
+
+
+def test_extra_chunk_keys(home: Path) -> None:
+    cfg = config_from_dict({"output": {"extra_chunk_keys": ["trace_id", "_x"], "logprobs": True}})
+    assert cfg.output.extra_chunk_keys == ("trace_id", "_x")
+    assert cfg.output.logprobs is True
+
+
+def test_file_error_messages_do_not_pretend_to_be_a_key(home: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "nope.toml", env={})
+    assert str(info.value).startswith("config file not found: ")
 
 
 # --------------------------------------------------------------------------- tiny TOML writer

@@ -31,6 +31,7 @@ from gateway.service import (
     NotLoaded,
     ServiceSpec,
     diagnose,
+    format_report,
     parse_launchctl_print,
     render_launchd,
     render_systemd,
@@ -514,3 +515,25 @@ def test_find_host_paths() -> None:
         "/tmp/x.txt",
     ]
     assert find_host_paths("[r.pdf](http://127.0.0.1:8642/v1/artifacts/abc?exp=1&sig=x)") == []
+
+
+# --------------------------------------------------------------------------- report texts
+
+
+def test_report_says_ok_once_and_fixes_name_the_real_config() -> None:
+    plist = plistlib.loads(render_launchd(alice_spec()))
+    healthy = parse_launchctl_print((DATA / "healthy.txt").read_text())
+    report = format_report(diagnose(plist, healthy, plist_path=LIVE_PLIST), healthy, LIVE_PLIST)
+    assert "[OK] com.artifact-gateway.api is running as defined" in report
+    assert "[OK] OK" not in report
+    stale = parse_launchctl_print((DATA / "stale-replace.txt").read_text())
+    fixes = [c for f in diagnose(plist, stale, plist_path=LIVE_PLIST) for c in f.fix]
+    assert (
+        f"gateway service render launchd --role api --config {CONFIG} --out {LIVE_PLIST}" in fixes
+    )
+    assert not any("<config" in c for c in fixes)
+    # without a plist, the loaded job's own arguments name the config
+    (unloaded,) = diagnose(None, parse_launchctl_print((DATA / "unloaded.txt").read_text()))
+    assert unloaded.fix[0].startswith("gateway service render launchd --role api --config ")
+    explicit = diagnose(plist, stale, plist_path=LIVE_PLIST, config_path="/etc/gw.toml")
+    assert any("--config /etc/gw.toml" in c for f in explicit for c in f.fix)

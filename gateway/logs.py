@@ -1,0 +1,249 @@
+"""Log lines an operator can read, in one format for every serving command.
+
+:func:`configure_logging` installs one handler on the root logger (stderr). Every line
+names the process that wrote it: ``gateway`` (the API server), ``proxy`` (the runs
+proxy), ``upstream`` (the demo upstream). ``gateway demo`` serves all three apps in one
+OS process, so the name is not the process's: :func:`gateway.server.serve_app` runs
+each app inside :func:`tagged` with :func:`app_tag`, a context variable that every task
+of that server inherits; a line written outside any server (signals, start-up) carries
+the name given to :func:`configure_logging`.
+
+Text lines (``fmt="text"``), local time::
+
+    2026-01-05 14:03:07.412 gateway  INFO  access: method=GET path=/health ... principal=-
+
+JSON lines (``fmt="json"``), one object per line, for log shippers; the field names
+are stable: ``ts`` (UTC, RFC 3339, milliseconds), ``level`` (``debug`` ... ``critical``),
+``process``, ``logger``, ``msg``, ``pid``, ``exc`` (a traceback, when there is one),
+and on access lines ``method``, ``path``, ``route``, ``status``, ``bytes``,
+``duration_ms``, ``principal``.
+
+httpx and httpcore log every request at INFO; they are held at WARNING unless the
+level is ``debug``. hypercorn's error log (``hypercorn.error``: "Running on ...",
+protocol errors) is kept.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, TextIO
+
+__all__ = [
+    "AccessEntry",
+    "JsonFormatter",
+    "TextFormatter",
+    "access_message",
+    "app_tag",
+    "configure_logging",
+    "format_access_line",
+    "log_access",
+    "tagged",
+]
+
+Format = Literal["text", "json"]
+
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+_TEXT_LEVEL = {"WARNING": "WARN", "CRITICAL": "CRIT"}
+#: quart app names -> the tag of their lines
+_APP_TAGS = {"gateway": "gateway", "gateway-proxy": "proxy", "gateway.demo_upstream": "upstream"}
+#: loggers too chatty at INFO: one line per outgoing request
+_QUIET = ("httpx", "httpcore")
+
+_tag: contextvars.ContextVar[str | None] = contextvars.ContextVar("gateway_log_tag", default=None)
+
+
+@contextmanager
+def tagged(tag: str) -> Iterator[None]:
+    """Lines logged in this context (and in tasks started from it) carry ``tag``."""
+    token = _tag.set(tag)
+    try:
+        yield
+    finally:
+        _tag.reset(token)
+
+
+def app_tag(app: Any) -> str:
+    """The tag of an app's lines: its ``log_tag`` attribute, else from its name."""
+    explicit = getattr(app, "log_tag", None)
+    if isinstance(explicit, str) and explicit:
+        return explicit
+    name = str(getattr(app, "name", "") or "app")
+    return _APP_TAGS.get(name, name)
+
+
+# --------------------------------------------------------------------------- access lines
+
+
+@dataclass(frozen=True, slots=True)
+class AccessEntry:
+    """One request, as the access log shows it. ``principal`` is ``"-"`` before auth."""
+
+    method: str
+    path: str
+    route: str
+    status: int
+    bytes: int
+    duration_ms: float
+    principal: str
+
+
+def _logfmt_value(value: object) -> str:
+    text = f"{value:.1f}" if isinstance(value, float) else str(value)
+    if text and all(0x21 <= ord(ch) <= 0x7E and ch not in '"=\\' for ch in text):
+        return text
+    return json.dumps(text)  # quoted, control characters escaped: one line, always
+
+
+def access_message(entry: AccessEntry) -> str:
+    """``method=GET path=/health route=/health status=200 bytes=54 duration_ms=1.2 principal=-``.
+
+    ``key=value`` pairs (logfmt): a value with spaces, quotes, ``=`` or control
+    characters is JSON-quoted, so a crafted path cannot forge a second line.
+    """
+    return " ".join(f"{k}={_logfmt_value(v)}" for k, v in asdict(entry).items())
+
+
+def log_access(
+    logger: logging.Logger,
+    principal: str,
+    method: str,
+    path: str,
+    route: str,
+    status: int,
+    nbytes: int,
+    duration_ms: float,
+) -> None:
+    """Write one access line (INFO) on ``logger``; the fields also go to JSON lines.
+
+    The arguments come in the order the connection class has them; never pass a key.
+    """
+    entry = AccessEntry(method, path, route, status, nbytes, duration_ms, principal)
+    logger.info("%s", access_message(entry), extra={"access": entry})
+
+
+def format_access_line(
+    entry: AccessEntry,
+    fmt: Format,
+    *,
+    process: str = "gateway",
+    logger: str = "gateway.access",
+    when: float | None = None,
+) -> str:
+    """One complete access-log line in ``fmt``, exactly as :func:`configure_logging` writes it."""
+    record = logging.LogRecord(
+        logger, logging.INFO, __file__, 0, "%s", (access_message(entry),), None
+    )
+    record.access = entry
+    record.gateway_process = process
+    if when is not None:
+        record.created = when
+        record.msecs = (when - int(when)) * 1000
+    formatter: logging.Formatter = JsonFormatter() if fmt == "json" else TextFormatter()
+    return formatter.format(record)
+
+
+# --------------------------------------------------------------------------- formatters
+
+
+def _component(name: str) -> str:
+    """``gateway.access`` -> ``access``; ``hypercorn.error`` -> ``hypercorn``; ``gateway`` -> ``""``."""
+    if name in ("gateway", "root"):
+        return ""
+    if name.startswith("gateway."):
+        return name[len("gateway.") :]
+    return name.split(".", 1)[0]
+
+
+class TextFormatter(logging.Formatter):
+    """``<local time> <process> <LEVEL> <component>: <message>``, traceback lines after."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created))
+        level = _TEXT_LEVEL.get(record.levelname, record.levelname)
+        process = getattr(record, "gateway_process", "gateway")
+        component = _component(record.name)
+        message = record.getMessage()
+        line = f"{when}.{int(record.msecs):03d} {process:<8} {level:<5} " + (
+            f"{component}: {message}" if component else message
+        )
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        elif record.stack_info:
+            line += "\n" + self.formatStack(record.stack_info)
+        return line
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line with the stable field names of the module docstring."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        out: dict[str, Any] = {
+            "ts": f"{stamp}.{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "process": getattr(record, "gateway_process", "gateway"),
+            "logger": record.name,
+            "msg": record.getMessage(),
+            "pid": record.process,
+        }
+        entry = getattr(record, "access", None)
+        if isinstance(entry, AccessEntry):
+            out.update(asdict(entry))
+            out["duration_ms"] = round(entry.duration_ms, 1)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        elif record.stack_info:
+            out["exc"] = self.formatStack(record.stack_info)
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+class _TagFilter(logging.Filter):
+    """Stamps each record with the tag of the context that logged it."""
+
+    def __init__(self, default: str) -> None:
+        super().__init__()
+        self.default = default
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "gateway_process"):
+            record.gateway_process = _tag.get() or self.default
+        return True
+
+
+class _GatewayHandler(logging.StreamHandler[TextIO]):
+    """Marks the handler :func:`configure_logging` owns, so a second call replaces it."""
+
+
+def configure_logging(
+    process: str, fmt: Format = "text", level: str = "info", *, stream: TextIO | None = None
+) -> logging.Handler:
+    """Send every log line to ``stream`` (stderr) in ``fmt``, tagged ``process`` by default.
+
+    Idempotent: a second call replaces the handler of the first. Other handlers on
+    the root logger (pytest's capture, for one) are left alone.
+    """
+    if fmt not in ("text", "json"):
+        raise ValueError(f"unknown log format {fmt!r}")
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _GatewayHandler)]:
+        root.removeHandler(old)
+    handler = _GatewayHandler(stream if stream is not None else sys.stderr)
+    handler.addFilter(_TagFilter(process))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root.addHandler(handler)
+    root.setLevel(_LEVELS.get(level, logging.INFO))
+    for name in _QUIET:
+        logging.getLogger(name).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)
+    return handler

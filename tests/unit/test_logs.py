@@ -1,0 +1,191 @@
+"""gateway.logs: the text and JSON line formats, access lines, per-app tags."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+import trio
+
+from gateway.logs import (
+    AccessEntry,
+    access_message,
+    app_tag,
+    configure_logging,
+    format_access_line,
+    log_access,
+    tagged,
+)
+
+ENTRY = AccessEntry(
+    method="POST",
+    path="/v1/chat/completions",
+    route="/v1/chat/completions",
+    status=200,
+    bytes=2210,
+    duration_ms=412.66,
+    principal="alice",
+)
+WHEN = 1767621787.4125  # 2026-01-05T14:03:07.412Z
+
+
+@pytest.fixture
+def stream() -> Iterator[io.StringIO]:
+    """configure_logging into a buffer; the handler is removed afterwards."""
+    buf = io.StringIO()
+    handler = configure_logging("gateway", "text", "info", stream=buf)
+    try:
+        yield buf
+    finally:
+        logging.getLogger().removeHandler(handler)
+        logging.getLogger().setLevel(logging.WARNING)
+
+
+def test_access_message_is_logfmt() -> None:
+    assert access_message(ENTRY) == (
+        "method=POST path=/v1/chat/completions route=/v1/chat/completions status=200 "
+        "bytes=2210 duration_ms=412.7 principal=alice"
+    )
+
+
+def test_access_message_quotes_what_could_forge_a_line() -> None:
+    crafted = AccessEntry("GET", '/x y\n2026 INFO forged "q"', "unmatched", 404, 0, 0.0, "-")
+    message = access_message(crafted)
+    assert "\n" not in message
+    assert 'path="/x y\\n2026 INFO forged \\"q\\""' in message
+    assert message.split()[-1] == "principal=-"
+
+
+def test_text_access_line() -> None:
+    line = format_access_line(ENTRY, "text", when=WHEN)
+    when, rest = line[:23], line[24:]
+    assert when[:10].count("-") == 2 and when[19] == "."  # local time, milliseconds
+    assert rest == "gateway  INFO  access: " + access_message(ENTRY)
+
+
+def test_json_access_line() -> None:
+    line = format_access_line(ENTRY, "json", process="proxy", when=WHEN)
+    data = json.loads(line)
+    assert data["ts"] == "2026-01-05T14:03:07.412Z"
+    assert (data["level"], data["process"], data["logger"]) == ("info", "proxy", "gateway.access")
+    assert data["msg"] == access_message(ENTRY)
+    assert {k: data[k] for k in ("method", "path", "route", "status", "bytes", "principal")} == {
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "route": "/v1/chat/completions",
+        "status": 200,
+        "bytes": 2210,
+        "principal": "alice",
+    }
+    assert data["duration_ms"] == 412.7
+    assert isinstance(data["pid"], int)
+
+
+def test_log_access_goes_through_the_handler(stream: io.StringIO) -> None:
+    log_access(
+        logging.getLogger("gateway.access"), "bob", "GET", "/health", "/health", 200, 54, 1.25
+    )
+    assert stream.getvalue().endswith(
+        "gateway  INFO  access: method=GET path=/health route=/health status=200 bytes=54 "
+        "duration_ms=1.2 principal=bob\n"
+    )
+
+
+def test_text_lines_components_and_levels(stream: io.StringIO) -> None:
+    logging.getLogger("gateway").warning("plain")
+    logging.getLogger("gateway.server").info("draining")
+    logging.getLogger("hypercorn.error").info("Running on http://127.0.0.1:1")
+    logging.getLogger("gateway.server").debug("not shown at info")
+    lines = [line[24:] for line in stream.getvalue().splitlines()]
+    assert lines == [
+        "gateway  WARN  plain",
+        "gateway  INFO  server: draining",
+        "gateway  INFO  hypercorn: Running on http://127.0.0.1:1",
+    ]
+
+
+def test_json_lines_with_a_traceback() -> None:
+    buf = io.StringIO()
+    handler = configure_logging("proxy", "json", "info", stream=buf)
+    try:
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            logging.getLogger("gateway.proxy").exception("failed")
+    finally:
+        logging.getLogger().removeHandler(handler)
+    (line,) = buf.getvalue().splitlines()
+    data = json.loads(line)
+    assert (data["level"], data["process"], data["msg"]) == ("error", "proxy", "failed")
+    assert "RuntimeError: boom" in data["exc"]
+
+
+def test_configure_logging_replaces_its_own_handler_only(stream: io.StringIO) -> None:
+    root = logging.getLogger()
+    others = [h for h in root.handlers if h.__class__.__name__ != "_GatewayHandler"]
+    second = io.StringIO()
+    handler = configure_logging("gateway", "text", "info", stream=second)
+    try:
+        logging.getLogger("gateway").info("once")
+        assert stream.getvalue() == ""
+        assert second.getvalue().count("once") == 1
+        assert [h for h in root.handlers if h.__class__.__name__ != "_GatewayHandler"] == others
+    finally:
+        root.removeHandler(handler)
+
+
+def test_httpx_is_quiet_unless_debug(stream: io.StringIO) -> None:
+    logging.getLogger("httpx").info('HTTP Request: GET http://x "HTTP/1.1 200 OK"')
+    assert stream.getvalue() == ""
+    assert logging.getLogger("httpcore").level == logging.WARNING
+    handler = configure_logging("gateway", "text", "debug", stream=stream)
+    try:
+        assert logging.getLogger("httpx").level == logging.DEBUG
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+
+def test_app_tags() -> None:
+    class App:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    assert app_tag(App("gateway")) == "gateway"
+    assert app_tag(App("gateway-proxy")) == "proxy"
+    assert app_tag(App("gateway.demo_upstream")) == "upstream"
+    assert app_tag(App("other")) == "other"
+    tagged_app = App("gateway")
+    tagged_app.log_tag = "canary"  # type: ignore[attr-defined]
+    assert app_tag(tagged_app) == "canary"
+
+
+async def test_tags_follow_the_tasks_of_each_app(stream: io.StringIO) -> None:
+    """The demo serves three apps in one process: each task tree logs under its own tag."""
+    log = logging.getLogger("gateway.access")
+
+    async def serve(tag: str) -> None:
+        with tagged(tag):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(handle, tag)
+
+    async def handle(tag: str) -> None:
+        await trio.lowlevel.checkpoint()
+        log.info("request for %s", tag)
+        await trio.to_thread.run_sync(log.info, f"thread for {tag}")
+
+    async with trio.open_nursery() as nursery:
+        for tag in ("upstream", "gateway", "proxy"):
+            nursery.start_soon(serve, tag)
+    logging.getLogger("gateway").info("outside")
+    seen = {
+        (line[24:32].strip(), line.rsplit(" ", 1)[-1]) for line in stream.getvalue().splitlines()
+    }
+    assert seen == {
+        ("upstream", "upstream"),
+        ("gateway", "gateway"),
+        ("proxy", "proxy"),
+        ("gateway", "outside"),
+    }
