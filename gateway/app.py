@@ -31,13 +31,12 @@ __all__ = ["create_app"]
 
 
 def pipeline_settings(config: Config) -> PipelineSettings:
-    output = getattr(config, "output", None)
     return PipelineSettings.build(
         extra_roots(config),
         max_path_chars=config.limits.max_path_chars,
-        extra_chunk_keys=frozenset(getattr(output, "extra_chunk_keys", ())),
-        logprobs=bool(getattr(output, "logprobs", False)),
-        max_json_depth=int(getattr(config.limits, "max_json_depth", 64)),
+        extra_chunk_keys=frozenset(config.output.extra_chunk_keys),
+        logprobs=config.output.logprobs,
+        max_json_depth=config.limits.max_json_depth,
     )
 
 

@@ -92,7 +92,7 @@ def _owner(entry: KeyEntry, asserted: str) -> str:
             "X-Gateway-Owner must be 1-200 characters of A-Z a-z 0-9 . _ : @ -.",
             code="invalid_owner",
         )
-    prefix = getattr(entry, "owner_prefix", None) or DEFAULT_OWNER_PREFIX
+    prefix = entry.owner_prefix or DEFAULT_OWNER_PREFIX
     if not asserted.startswith(prefix) or asserted == prefix:
         raise AuthError(
             f"This proxy key may only act for owners named {prefix}<id>.",

@@ -261,7 +261,7 @@ class Upstream:
             connect_timeout=cfg.connect_timeout_seconds, transport=transport, headers=headers
         )
         self.models_cache = Models(cfg.models_cache_seconds, scrub)
-        self.first_byte_seconds = float(getattr(cfg, "first_byte_timeout_seconds", 120.0))
+        self.first_byte_seconds = cfg.first_byte_timeout_seconds
 
     async def aclose(self) -> None:
         await self._client.aclose()

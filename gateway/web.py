@@ -208,7 +208,7 @@ def parse_json_bytes(raw: bytes, max_depth: int) -> Any:
 
 def max_json_depth(config: Any) -> int:
     """``limits.max_json_depth`` of a config."""
-    return int(getattr(config.limits, "max_json_depth", 64))
+    return int(config.limits.max_json_depth)
 
 
 def _has_lone_surrogate(value: Any) -> bool:

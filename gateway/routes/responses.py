@@ -65,7 +65,7 @@ async def _history(st: GatewayState, owner: str, b: dict[str, Any]) -> list[dict
 
 
 def _expiry(st: GatewayState) -> float | None:
-    ttl = float(getattr(getattr(st.config, "retention", None), "responses_seconds", 0) or 0)
+    ttl = st.config.retention.responses_seconds
     return time.time() + ttl if ttl > 0 else None
 
 
