@@ -2,7 +2,7 @@
 """Newcomer entry point: `python3 dev.py run` / `python3 dev.py test`.
 
 Needs only Python >= 3.11 and access to the package registry. On first use it
-creates `.venv/` beside this file and installs the project with its test extra;
+creates `.venv/` beside this file and installs the project with its test and postgres extras;
 later runs reuse it (re-installing when pyproject.toml changed).
 """
 
@@ -30,10 +30,10 @@ def ensure_venv() -> None:
         venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     if not STAMP.exists() or STAMP.read_text().strip() != digest:
-        print("installing artifact-gateway[test] into .venv ...", flush=True)
+        print("installing artifact-gateway[test,postgres] into .venv ...", flush=True)
         subprocess.run([str(PY), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
         subprocess.run(
-            [str(PY), "-m", "pip", "install", "-q", "-e", f"{ROOT}[test]"], check=True
+            [str(PY), "-m", "pip", "install", "-q", "-e", f"{ROOT}[test,postgres]"], check=True
         )
         STAMP.write_text(digest)
 

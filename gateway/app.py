@@ -30,6 +30,7 @@ from gateway.artifacts import (
     ArtifactService,
     FileBody,
     content_disposition,
+    download_content_type,
     etag,
     parse_range,
 )
@@ -50,7 +51,7 @@ from gateway.runs import Run, RunRegistry, RunSink, new_run_id
 from gateway.sessions import Sessions, session_id_from
 from gateway.signing import Signer
 from gateway.sse import encode_comment, encode_json
-from gateway.store import SQLiteStore, open_store
+from gateway.store import Store, open_configured_store
 from gateway.upstream import Upstream
 
 log = logging.getLogger("gateway")
@@ -86,7 +87,7 @@ class GatewayState:
     upstream: Upstream
     auth: Authenticator
     signer: Signer
-    store: SQLiteStore
+    store: Store
     artifacts: ArtifactService
     sessions: Sessions
     runs: RunRegistry
@@ -362,14 +363,14 @@ def create_app(
     config: Config,
     *,
     upstream_transport: httpx.AsyncBaseTransport | None = None,
-    store: SQLiteStore | None = None,
+    store: Store | None = None,
     clock: Callable[[], float] = time.time,
 ) -> QuartTrio:
     """Build the API server app. ``app.gateway`` is its :class:`GatewayState`."""
     app = QuartTrio("gateway")
     install_common(app, config, "gateway")
-    signer = Signer.load_or_create(config.state_dir)
-    the_store = store if store is not None else open_store(config.state_dir)
+    the_store = store if store is not None else open_configured_store(config)
+    signer = Signer.from_store(the_store, state_dir=config.state_dir)
     st = GatewayState(
         config=config,
         upstream=Upstream(config.upstream, transport=upstream_transport),
@@ -691,7 +692,7 @@ def create_app(
         stack: AsyncExitStack = request.scope["gateway.cleanup"]  # type: ignore[typeddict-item]
         stack.callback(body.close)  # closes the descriptor even if the body never starts
         headers = {
-            "Content-Type": rec.content_type,
+            "Content-Type": download_content_type(rec),
             "Content-Disposition": content_disposition(rec.filename),
             "ETag": etag(rec),
             "Accept-Ranges": "bytes",
