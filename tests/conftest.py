@@ -15,6 +15,7 @@ skipped, saying why -- except with ``CI=true``, where they fail: CI must run the
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -32,6 +33,7 @@ from gateway.config import Config, config_from_dict
 from gateway.demo_upstream import DemoUpstreamApp, create_demo_upstream_app, serve_demo_upstream
 from gateway.proxy import create_proxy_app
 from gateway.server import serve_app
+from gateway.store import Store, open_store
 from harness.pgcluster import PgCluster, PgUnavailable
 
 ALICE_KEY = "test-alice-key-0123456789"
@@ -199,8 +201,6 @@ def pg_cluster() -> Iterator[PgCluster]:
             pytest.fail(f"CI=true, and PostgreSQL cannot run here: {exc}", pytrace=False)
         pytest.skip(f"PostgreSQL not available: {exc}")
     try:
-        from gateway.store import open_store
-
         cluster.create_database(PG_TEMPLATE)
         open_store(Path("/nonexistent"), cluster.url(PG_TEMPLATE), migrate=True).close()
         yield cluster
@@ -228,6 +228,34 @@ def pg_empty_url(pg_cluster: PgCluster) -> Iterator[str]:
         yield url
     finally:
         pg_cluster.drop_database(name)
+
+
+@dataclasses.dataclass
+class Backend:
+    """Opens stores on one backing database: each :meth:`open` is another instance."""
+
+    name: str
+    opener: Callable[[], Store]
+    opened: list[Store] = dataclasses.field(default_factory=list)
+
+    def open(self) -> Store:
+        store = self.opener()
+        self.opened.append(store)
+        return store
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    if request.param == "sqlite":
+        b = Backend("sqlite", lambda: open_store(tmp_path / "state"))
+    else:
+        url: str = request.getfixturevalue("pg_url")
+        b = Backend("postgresql", lambda: open_store(tmp_path, url, pool_size=4))
+    try:
+        yield b
+    finally:
+        for s in b.opened:
+            s.close()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -88,6 +88,24 @@ def redact_url(url: str) -> str:
     return f"{host}:{port}{parts.path or '/'}"
 
 
+_CONNECT_FAILURES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (
+        ("password authentication failed", "no pg_hba.conf entry", "authentication failed"),
+        "the database refused the credentials",
+    ),
+    (('role "',), "the database role does not exist"),
+    (("does not exist",), "the database does not exist"),
+    (
+        ("too many clients", "remaining connection slots"),
+        "the database has no connection slot left (max_connections)",
+    ),
+    (
+        ("starting up", "shutting down", "in recovery mode"),
+        "the database is not accepting connections yet",
+    ),
+)
+
+
 def describe_error(exc: BaseException) -> str:
     """One safe sentence about a psycopg/pool failure (no path, host or password)."""
     name = type(exc).__name__
@@ -96,7 +114,14 @@ def describe_error(exc: BaseException) -> str:
     if name == "PoolClosed":
         return "the store is closed"
     sqlstate = getattr(exc, "sqlstate", None) or ""
-    if sqlstate.startswith("08") or (not sqlstate and name == "OperationalError"):
+    if not sqlstate and name == "OperationalError":
+        # libpq's connection errors carry no SQLSTATE: classify the text, never echo it
+        text = str(exc).lower()
+        for needles, says in _CONNECT_FAILURES:
+            if any(n in text for n in needles):
+                return says
+        return "cannot reach the database"
+    if sqlstate.startswith("08"):
         return "cannot reach the database"
     if sqlstate.startswith("28"):
         return "the database refused the credentials"
@@ -168,7 +193,8 @@ class PostgresStore(Store):
             self._pool.open(wait=True, timeout=self._timeout)
         except Exception as exc:
             self._pool.close(timeout=0)
-            raise ConfigError("database_url", f"{describe_error(exc)} ({self.location})") from None
+            why = self._why_no_connection(exc)
+            raise ConfigError("database_url", f"{why} ({self.location})") from None
         try:
             if migrate is True:
                 self.migrate()
@@ -184,6 +210,15 @@ class PostgresStore(Store):
         except BaseException:
             self.close()
             raise
+
+    def _why_no_connection(self, exc: Exception) -> str:
+        """The pool only says it timed out: one direct attempt tells why."""
+        try:
+            conn = self._psycopg.connect(self._url, connect_timeout=max(1, round(self._timeout)))
+        except self._psycopg.Error as direct:
+            return describe_error(direct)
+        conn.close()
+        return describe_error(exc)
 
     # -- plumbing --------------------------------------------------------------------------
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,34 +25,8 @@ from gateway.store import (
     SigningKey,
     Store,
     StoreError,
-    open_store,
 )
-
-
-@dataclasses.dataclass
-class Backend:
-    name: str
-    opener: Callable[[], Store]
-    opened: list[Store] = dataclasses.field(default_factory=list)
-
-    def open(self) -> Store:
-        store = self.opener()
-        self.opened.append(store)
-        return store
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    if request.param == "sqlite":
-        b = Backend("sqlite", lambda: open_store(tmp_path / "state"))
-    else:
-        url: str = request.getfixturevalue("pg_url")
-        b = Backend("postgresql", lambda: open_store(tmp_path, url, pool_size=4))
-    try:
-        yield b
-    finally:
-        for s in b.opened:
-            s.close()
+from tests.conftest import Backend
 
 
 @pytest.fixture
