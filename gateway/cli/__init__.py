@@ -12,7 +12,7 @@ import logging
 import sys
 
 from gateway import __version__
-from gateway.cli import ops, serve, service
+from gateway.cli import db, keys, ops, serve, service
 from gateway.cli.common import err
 from gateway.errors import ConfigError
 from gateway.lock import EXIT_USAGE
@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="gateway", description="artifact gateway")
     ap.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
-    for module in (serve, ops, service):
+    for module in (serve, ops, service, db, keys):
         module.register(sub)
     return ap
 
