@@ -603,17 +603,60 @@ class PostgresStore(Store):
 
         self._run(tx, tx=True)
 
-    def append_run_events(self, run_id: str, events: Sequence[dict[str, Any]], holder: str) -> None:
-        def tx(c: psycopg.Connection[Any]) -> None:
-            last = self._held(c, run_id, holder)
-            encoded = base.encode_events(events, last)
-            if not encoded:
-                return
-            self._insert_events(c, run_id, encoded, time.time())
-            c.execute("UPDATE runs SET last_seq = %s WHERE id = %s", (encoded[-1][0], run_id))
-            self._notify(c, run_id, encoded[-1][0])
+    #: the hot path (one call per upstream read): lock the run row if this holder holds
+    #: it unfinished, insert the events if they follow ``last_seq``, move ``last_seq``
+    #: and NOTIFY -- one statement, one round trip, one transaction (autocommit)
+    _APPEND = """
+        WITH run AS (
+            SELECT last_seq FROM runs
+            WHERE id = %(id)s AND holder = %(holder)s AND finished_at IS NULL
+            FOR UPDATE
+        ), ok AS (
+            SELECT last_seq FROM run WHERE last_seq + 1 = %(first)s
+        ), ins AS (
+            INSERT INTO run_events (run_id, seq, event, created)
+            SELECT %(id)s, e.seq, e.event, %(now)s
+            FROM ok, unnest(%(seqs)s::bigint[], %(events)s::text[]) AS e (seq, event)
+        ), upd AS (
+            UPDATE runs SET last_seq = %(last)s
+            WHERE id = %(id)s AND EXISTS (SELECT 1 FROM ok)
+            RETURNING pg_notify(%(channel)s, %(payload)s)
+        )
+        SELECT run.last_seq, (SELECT count(*) FROM upd) FROM run
+    """
 
-        self._run(tx, tx=True)
+    def append_run_events(self, run_id: str, events: Sequence[dict[str, Any]], holder: str) -> None:
+        first = events[0].get("seq") if events and isinstance(events[0], dict) else None
+        if not events or isinstance(first, bool) or not isinstance(first, int) or first < 1:
+            if events:
+                base.encode_events(events, 0)  # raises the precise ValueError/TypeError
+            held = self._run(
+                lambda c: c.execute(
+                    "SELECT 1 FROM runs WHERE id = %s AND holder = %s AND finished_at IS NULL",
+                    (run_id, holder),
+                ).fetchone()
+            )
+            if held is None:
+                raise LeaseLost("This instance no longer holds the run's lease.")
+            return
+        encoded = base.encode_events(events, first - 1)
+        last = encoded[-1][0]
+        params = {
+            "id": run_id,
+            "holder": holder,
+            "first": first,
+            "now": time.time(),
+            "seqs": [seq for seq, _ in encoded],
+            "events": [text for _, text in encoded],
+            "last": last,
+            "channel": RUNS_CHANNEL,
+            "payload": f"{run_id}:{last}",
+        }
+        row = self._run(lambda c: c.execute(self._APPEND, params).fetchone())
+        if row is None:
+            raise LeaseLost("This instance no longer holds the run's lease.")
+        if not row[1]:
+            raise ValueError(f"run event seq {first} does not follow {row[0]}")
 
     def read_run_events(
         self, run_id: str, after_seq: int, limit: int = 1000
