@@ -11,9 +11,14 @@ through ``runuser -u postgres --``; as any other user they run as that user.
 
 Reuse (the multi-instance end-to-end tests)::
 
-    with temporary_cluster() as cluster:        # or PgCluster.start()
-        url = cluster.create_database("e2e")    # postgresql://postgres:<pw>@127.0.0.1:<port>/e2e
-        ... gateway db upgrade / two `gateway run` processes with database_url = url ...
+    with temporary_cluster() as cluster:            # or PgCluster.start()
+        url = cluster.create_gateway_database("e2e")  # migrated, as `gateway db upgrade` does
+        # postgresql://postgres:<pw>@127.0.0.1:<port>/e2e: start two `gateway run`
+        # processes with GATEWAY_DATABASE_URL=url (or database_url), own state_dirs
+        cluster.stop_server(); cluster.start_server()   # a database outage, same data
+
+In pytest, use the fixtures of ``tests/conftest.py`` instead: ``pg_cluster`` (one per
+session), ``pg_url`` (a migrated database per test), ``pg_empty_url``.
 
 The superuser ``postgres`` gets a random password (scram-sha-256 over TCP), so the
 URLs carry a real secret and tests can check that no message ever names it.
@@ -226,6 +231,15 @@ class PgCluster:
         tmpl = f' TEMPLATE "{template}"' if template else " TEMPLATE template0"
         self._admin(f'CREATE DATABASE "{name}"{tmpl}')
         return self.url(name)
+
+    def create_gateway_database(self, name: str | None = None) -> str:
+        """A new database at the gateway's current schema (what `gateway db upgrade`
+        makes); returns its URL, ready for ``database_url`` / ``GATEWAY_DATABASE_URL``."""
+        from gateway.store import open_store
+
+        url = self.create_database(name)
+        open_store(self.root, url, migrate=True).close()
+        return url
 
     def drop_database(self, name: str) -> None:
         """Drop ``name``, closing whatever connections remain on it."""
