@@ -188,12 +188,16 @@ async def keep_lease(
     *,
     lease_seconds: float,
     on_lost: Callable[[], None],
+    on_stop: Callable[[], None] | None = None,
     clock: Callable[[], float] = time.time,
 ) -> None:
     """Renew the run's lease every ``lease_seconds / 3`` until cancelled (run it beside
     the run, cancel it when the run is finished). If the lease is lost (another
     instance interrupted the run) or cannot be renewed before it expires (database
-    unreachable), call ``on_lost()`` once -- e.g. cancel the run's scope -- and return.
+    unreachable), call ``on_lost()`` once -- e.g. cancel the run's scope, send nothing
+    more -- and return. With ``on_stop``, each renewal also checks whether a stop was
+    requested on some instance (the safety net under :meth:`RunBus.wait_stop`) and calls
+    it once; renewing goes on, so the run can still journal its ``run.cancelled``.
     """
     expires = clock() + lease_seconds
     while True:
@@ -211,6 +215,14 @@ async def keep_lease(
             on_lost()
             return
         expires = until
+        if on_stop is not None:
+            try:
+                stop = await trio.to_thread.run_sync(store.run_stop_requested, run_id)
+            except StoreError:
+                continue
+            if stop:
+                on_stop()
+                on_stop = None
 
 
 async def run_maintenance(

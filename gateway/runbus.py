@@ -18,6 +18,8 @@ keep-alive, re-read anyway: the slow safety net, never the only way to wake).
   jittered); after every (re)connect it wakes *all* followers, because notifications
   sent while it was away are lost, and they re-read the journal.
 * **SQLite**: one instance; local wake-ups are all there is (no thread).
+* **Stops**: ``'<run_id>:stop'`` notifications (:meth:`Store.request_run_stop`, asked on
+  any instance) wake the holder's :meth:`RunBus.wait_stop`.
 
 The latest seq seen per run is remembered (a bounded LRU), so a follower that
 registers just after a notification arrived still returns at once: read, then wait,
@@ -87,6 +89,7 @@ class RunBus:
         self._remember = remember
         self._latest: OrderedDict[str, int] = OrderedDict()
         self._waiters: dict[str, set[_Waiter]] = {}
+        self._stops: dict[str, trio.Event] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         #: listener state, for tests and health: connections made so far
@@ -108,6 +111,25 @@ class RunBus:
         for waiter in list(self._waiters.get(run_id, ())):
             if seq is None or waiter.seq < seq:
                 waiter.event.set()
+
+    def stop_requested(self, run_id: str) -> None:
+        """A stop of ``run_id`` was asked (:meth:`Store.request_run_stop`): wake its
+        holder's :meth:`wait_stop`. PostgreSQL delivers it to every instance by NOTIFY;
+        call it yourself after a local request (SQLite, or for a prompt local stop)."""
+        event = self._stops.get(run_id)
+        if event is not None:
+            event.set()
+
+    async def wait_stop(self, run_id: str) -> None:
+        """Return when a stop of ``run_id`` is requested (run it beside the run, in the
+        holder). A request made before this was awaited is caught by
+        :func:`gateway.reaper.keep_lease` at its next renewal."""
+        event = self._stops.setdefault(run_id, trio.Event())
+        try:
+            await event.wait()
+        finally:
+            if self._stops.get(run_id) is event:
+                del self._stops[run_id]
 
     def _wake_all(self) -> None:
         for waiters in self._waiters.values():
@@ -167,7 +189,11 @@ class RunBus:
     def _deliver(self, batch: list[Notification]) -> None:
         for note in batch:
             run_id, sep, seq_text = note.payload.rpartition(":")
-            if sep and run_id and seq_text.isascii() and seq_text.isdigit():
+            if not sep or not run_id:
+                continue
+            if seq_text == "stop":
+                self.stop_requested(run_id)
+            elif seq_text.isascii() and seq_text.isdigit():
                 self.published(run_id, int(seq_text))
 
     def _on_connect(self) -> None:

@@ -41,7 +41,8 @@ Contract
   ``run.failed``/``run_interrupted`` event and status ``interrupted`` -- atomically,
   so two instances doing it at once interrupt each run once. The PostgreSQL backend
   sends ``NOTIFY gateway_runs, '<run_id>:<seq>'`` in the same transaction as every
-  append (see :mod:`gateway.runbus`).
+  append (see :mod:`gateway.runbus`). :meth:`Store.request_run_stop` records a stop
+  asked on any instance (``NOTIFY ... '<run_id>:stop'``) for the holder to act on.
 * **Health.** :meth:`Store.check_writable` performs a real write and answers False
   instead of raising; :meth:`Store.check` gives the details ``gateway db check``
   prints; :meth:`Store.close` is idempotent.
@@ -149,6 +150,7 @@ class RunRecord:
     holder: str | None = None  # the instance holding the lease (None once finished)
     lease_expires: float | None = None
     last_seq: int = 0  # seq of the last journaled event, 0 before the first
+    stop_requested: float | None = None  # when someone asked to stop it (any instance)
 
     @property
     def finished(self) -> bool:
@@ -344,6 +346,16 @@ class Store(Protocol):
 
     def renew_run_lease(self, run_id: str, holder: str, until: float) -> bool:
         """Extend the lease to ``until``; False if ``holder`` lost it or the run ended."""
+        ...
+
+    def request_run_stop(self, run_id: str, owner: str) -> bool:
+        """Ask the holder (whichever instance) to stop the owner's unfinished run: sets
+        ``stop_requested`` (the first time only) and, on PostgreSQL, sends ``NOTIFY
+        gateway_runs, '<run_id>:stop'``. False if unknown, someone else's or finished."""
+        ...
+
+    def run_stop_requested(self, run_id: str) -> bool:
+        """Whether a stop was asked for this run (the holder's safety check)."""
         ...
 
     def interrupt_expired_runs(self, now: float) -> list[InterruptedRun]:

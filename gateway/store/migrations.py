@@ -225,6 +225,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        5,
+        "runs.stop_requested (a stop asked on any instance reaches the holder)",
+        "ALTER TABLE runs ADD COLUMN stop_requested REAL;",
+        "ALTER TABLE runs ADD COLUMN stop_requested DOUBLE PRECISION;",
+    ),
 )
 
 #: the schema version this code needs

@@ -72,7 +72,7 @@ _ARTIFACT_COLUMNS = (
 )
 _RUN_COLUMNS = (
     "id, owner, kind, model, link_mode, status, created, finished_at, summary,"
-    " holder, lease_expires, last_seq"
+    " holder, lease_expires, last_seq, stop_requested"
 )
 _MIGRATION_LOCK = base.advisory_key("migrations")
 
@@ -529,12 +529,13 @@ class PostgresStore(Store):
             rec.holder,
             rec.lease_expires,
             0,
+            rec.stop_requested,
         )
         try:
             self._run(
                 lambda c: c.execute(
                     f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES"
-                    " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                     params,
                 )
             )
@@ -708,6 +709,27 @@ class PostgresStore(Store):
             )
         )
         return count == 1
+
+    def request_run_stop(self, run_id: str, owner: str) -> bool:
+        def tx(c: psycopg.Connection[Any]) -> bool:
+            count = c.execute(
+                "UPDATE runs SET stop_requested = COALESCE(stop_requested, %s)"
+                " WHERE id = %s AND owner = %s AND finished_at IS NULL",
+                (time.time(), run_id, owner),
+            ).rowcount
+            if count == 1:
+                c.execute("SELECT pg_notify(%s, %s)", (RUNS_CHANNEL, f"{run_id}:stop"))
+            return count == 1
+
+        return self._run(tx, tx=True)
+
+    def run_stop_requested(self, run_id: str) -> bool:
+        row = self._run(
+            lambda c: c.execute(
+                "SELECT stop_requested IS NOT NULL FROM runs WHERE id = %s", (run_id,)
+            ).fetchone()
+        )
+        return bool(row and row[0])
 
     def interrupt_expired_runs(self, now: float) -> list[InterruptedRun]:
         def tx(c: psycopg.Connection[Any]) -> list[InterruptedRun]:

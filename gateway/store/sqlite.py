@@ -51,7 +51,7 @@ _ARTIFACT_COLUMNS = (
 )
 _RUN_COLUMNS = (
     "id, owner, kind, model, link_mode, status, created, finished_at, summary,"
-    " holder, lease_expires, last_seq"
+    " holder, lease_expires, last_seq, stop_requested"
 )
 
 
@@ -121,6 +121,7 @@ def run_from_row(row: Sequence[Any]) -> RunRecord:
         holder=row[9],
         lease_expires=None if row[10] is None else float(row[10]),
         last_seq=int(row[11]),
+        stop_requested=None if row[12] is None else float(row[12]),
     )
 
 
@@ -510,11 +511,13 @@ class SQLiteStore(Store):
             rec.holder,
             rec.lease_expires,
             0,
+            rec.stop_requested,
         )
         try:
             self._run(
                 lambda c: c.execute(
-                    f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES"
+                    " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     params,
                 )
             )
@@ -630,6 +633,26 @@ class SQLiteStore(Store):
             )
         )
         return count == 1
+
+    def request_run_stop(self, run_id: str, owner: str) -> bool:
+        count = self._run(
+            lambda c: (
+                c.execute(
+                    "UPDATE runs SET stop_requested = COALESCE(stop_requested, ?)"
+                    " WHERE id = ? AND owner = ? AND finished_at IS NULL",
+                    (time.time(), run_id, owner),
+                ).rowcount
+            )
+        )
+        return count == 1
+
+    def run_stop_requested(self, run_id: str) -> bool:
+        row = self._run(
+            lambda c: c.execute(
+                "SELECT stop_requested IS NOT NULL FROM runs WHERE id = ?", (run_id,)
+            ).fetchone()
+        )
+        return bool(row and row[0])
 
     def interrupt_expired_runs(self, now: float) -> list[InterruptedRun]:
         def tx(c: sqlite3.Connection) -> list[InterruptedRun]:

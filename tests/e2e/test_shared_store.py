@@ -15,6 +15,7 @@ import trio
 
 from gateway.cli import main
 from gateway.signing import ACTIVE_KEY_MAX_AGE
+from gateway.store import EXPECTED_VERSION as V
 from harness.pgcluster import PgCluster
 from tests.conftest import ALICE_KEY, BOB_KEY, Gateway, Upstream, make_config, start_gateway
 
@@ -56,10 +57,10 @@ def test_db_check_and_upgrade_sqlite(
     monkeypatch.delenv("GATEWAY_DATABASE_URL", raising=False)
     config = write_config(tmp_path)
     rc, out, _ = cli(capsys, "db", "upgrade", "--config", str(config))
-    assert rc == 0 and "sqlite" in out and "schema 0 -> 4" in out
+    assert rc == 0 and "sqlite" in out and f"schema 0 -> {V}" in out
     rc, out, _ = cli(capsys, "db", "check", "--config", str(config))
     assert rc == 0, out
-    assert "backend:      sqlite" in out and "schema:       4 (expected 4) ok" in out
+    assert "backend:      sqlite" in out and f"schema:       {V} (expected {V}) ok" in out
     assert "writable:     yes" in out and out.rstrip().endswith("result:       ok")
 
 
@@ -78,13 +79,13 @@ def test_db_check_and_upgrade_postgres(
     rc, out, _ = cli(capsys, "db", "check", "--config", str(config))
     assert rc == 1 and "OLD, run `gateway db upgrade`" in out and "connectivity: ok" in out
     rc, out, _ = cli(capsys, "db", "upgrade", "--config", str(config))
-    assert rc == 0 and "schema 0 -> 4" in out
+    assert rc == 0 and f"schema 0 -> {V}" in out
     rc, out, _ = cli(capsys, "db", "upgrade", "--config", str(config))
     assert rc == 0 and "is current" in out
     rc, out, _ = cli(capsys, "db", "check", "--config", str(config), "--json")
     doc = json.loads(out)
     assert rc == 0 and doc["ok"] and doc["backend"] == "postgresql"
-    assert (doc["schema_version"], doc["expected_version"], doc["writable"]) == (4, 4, True)
+    assert (doc["schema_version"], doc["expected_version"], doc["writable"]) == (V, V, True)
     for text in (out, errs):
         assert password not in text
 

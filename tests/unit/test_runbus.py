@@ -398,3 +398,59 @@ def test_settings_from_config() -> None:
     got = MaintenanceSettings.from_config(Config())
     assert got == MaintenanceSettings(30.0, 60.0, 120.0, 5.0)
     assert got.lease_interval == 10.0 and got.interruption_bound == 40.0
+
+
+async def test_a_stop_asked_on_another_instance_reaches_the_holder(backend: Backend) -> None:
+    holder_store, other_store = backend.open(), backend.open()
+    bus = RunBus(holder_store)
+    holder_store.create_run(leased())
+    stopped: list[str] = []
+
+    async def run_holder() -> None:
+        await bus.wait_stop("run_1")
+        stopped.append("bus")
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(bus.run)
+            if backend.name == "postgresql":
+                await until(lambda: bus.connected)
+            nursery.start_soon(run_holder)
+            await trio.sleep(0.05)
+            t0 = time.monotonic()
+            assert await trio.to_thread.run_sync(other_store.request_run_stop, "run_1", "alice")
+            if backend.name == "sqlite":
+                bus.stop_requested("run_1")  # one instance: the route wakes it itself
+            await until(lambda: stopped == ["bus"])
+            assert time.monotonic() - t0 < 2.0
+            nursery.cancel_scope.cancel()
+    assert bus._stops == {}
+
+
+async def test_keep_lease_notices_a_stop_request(store: Store) -> None:
+    """The safety net under wait_stop: a stop asked while no one listened is noticed at
+    the next renewal, once, and the lease is still renewed (to journal run.cancelled)."""
+    store.create_run(leased("run_1", seconds=0.6))
+    stops: list[bool] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                lambda: keep_lease(
+                    store,
+                    "run_1",
+                    "A",
+                    lease_seconds=0.6,
+                    on_lost=lambda: pytest.fail("the lease is not lost"),
+                    on_stop=lambda: stops.append(True),
+                )
+            )
+            await trio.sleep(0.3)
+            assert stops == []
+            assert store.request_run_stop("run_1", "alice")
+            await until(lambda: stops == [True])
+            await trio.sleep(0.6)  # more renewals: on_stop is not called again
+            assert stops == [True]
+            run = store.get_run("run_1", "alice")
+            assert run is not None and run.lease_expires is not None
+            assert run.lease_expires > time.time()
+            nursery.cancel_scope.cancel()

@@ -632,3 +632,22 @@ def test_concurrent_use_from_eight_threads(store: Store) -> None:
         assert sorted(r.id for r in recs) == sorted(f"t{n}-{i}" for i in range(per_thread))
         assert sum(r.revoked for r in recs) == per_thread // 10
         assert len(store.list_json("run", owner, limit=1000)) == per_thread
+
+
+def test_request_run_stop(backend: Backend) -> None:
+    a, b = backend.open(), backend.open()
+    a.create_run(new_run())
+    assert a.run_stop_requested("run_1") is False
+    assert b.request_run_stop("run_1", "bob") is False  # someone else's: as if unknown
+    assert b.request_run_stop("nope", "alice") is False
+    assert a.run_stop_requested("run_1") is False
+    assert b.request_run_stop("run_1", "alice") is True  # asked on B, the holder is A
+    assert a.run_stop_requested("run_1") is True
+    first = a.get_run("run_1", "alice")
+    assert first is not None and first.stop_requested is not None
+    assert b.request_run_stop("run_1", "alice") is True  # idempotent, the first time kept
+    again = a.get_run("run_1", "alice")
+    assert again is not None and again.stop_requested == first.stop_requested
+    a.finish_run("run_1", "cancelled", {}, "A", [ev(1, "run.cancelled")])
+    assert b.request_run_stop("run_1", "alice") is False  # finished: nothing to stop
+    assert a.run_stop_requested("unknown") is False

@@ -195,14 +195,18 @@ def test_appends_notify_in_their_transaction(pg: Store, pg_url: str, tmp_path: P
         other.finish_run("run_1", "completed", {}, "A", [ev(3, "run.completed")])
         other.create_run(new_run("run_2", lease_expires=T - 1))
         other.interrupt_expired_runs(T)
+        other.create_run(new_run("run_3", lease_expires=T + 100))
+        assert not other.request_run_stop("run_3", "bob")  # refused: no NOTIFY
+        assert other.request_run_stop("run_3", "alice")
         got: list[Notification] = []
         deadline = time.monotonic() + 5
-        while len(got) < 3 and time.monotonic() < deadline:
+        while len(got) < 4 and time.monotonic() < deadline:
             got += source.wait(0.5)
         assert got == [
             Notification(RUNS_CHANNEL, "run_1:2"),
             Notification(RUNS_CHANNEL, "run_1:3"),
             Notification(RUNS_CHANNEL, "run_2:1"),
+            Notification(RUNS_CHANNEL, "run_3:stop"),
         ]
         assert source.wait(0.2) == []
     finally:
