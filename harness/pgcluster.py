@@ -52,12 +52,19 @@ class PgUnavailable(RuntimeError):
 def find_pg_bindir() -> Path | None:
     """The folder holding ``initdb``/``pg_ctl``/``postgres``, or None.
 
-    ``$GATEWAY_PG_BINDIR``, then ``pg_config --bindir``, then the newest
-    ``/usr/lib/postgresql/*/bin`` (Debian puts the server binaries there, off PATH).
+    ``$GATEWAY_PG_BINDIR`` when set (and only it: a folder without the binaries means
+    none, e.g. to run the suite as on a machine without PostgreSQL), else
+    ``pg_config --bindir``, else the newest ``/usr/lib/postgresql/*/bin`` (Debian puts
+    the server binaries there, off PATH).
     """
-    candidates: list[Path] = []
+
+    def usable(cand: Path) -> bool:
+        return all((cand / tool).is_file() for tool in ("initdb", "pg_ctl", "postgres"))
+
     if os.environ.get("GATEWAY_PG_BINDIR"):
-        candidates.append(Path(os.environ["GATEWAY_PG_BINDIR"]))
+        chosen = Path(os.environ["GATEWAY_PG_BINDIR"])
+        return chosen if usable(chosen) else None
+    candidates: list[Path] = []
     pg_config = shutil.which("pg_config")
     if pg_config:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
@@ -75,11 +82,7 @@ def find_pg_bindir() -> Path | None:
         Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=version_key)[::-1]
     ]
     for cand in candidates:
-        if (
-            (cand / "initdb").is_file()
-            and (cand / "pg_ctl").is_file()
-            and (cand / "postgres").is_file()
-        ):
+        if usable(cand):
             return cand
     return None
 

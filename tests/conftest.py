@@ -191,6 +191,13 @@ async def proxy(
 PG_TEMPLATE = "gw_template"
 
 
+@pytest.fixture(autouse=True)
+def _no_ambient_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GATEWAY_DATABASE_URL exported in the developer's shell must not send the suite's
+    gateways to that database; tests that want PostgreSQL set it themselves."""
+    monkeypatch.delenv("GATEWAY_DATABASE_URL", raising=False)
+
+
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[PgCluster]:
     """One throw-away PostgreSQL cluster for the session (skipped without binaries)."""
