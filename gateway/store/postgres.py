@@ -10,7 +10,9 @@ UPDATE``), so concurrent instances serialize on it:
 * :meth:`PostgresStore.update_json` -- the row, or on a first write an
   ``INSERT ... ON CONFLICT DO NOTHING`` race that the loser retries with the row lock;
 * the run journal -- the ``runs`` row: appends, finish and interruption check the
-  holder and ``finished_at`` under the lock, so a run gets exactly one terminal event;
+  holder and ``finished_at`` under the lock, so a run gets exactly one terminal event
+  (the hot path, ``append_run_events``, does lock, insert, ``last_seq`` and NOTIFY in
+  one statement: one round trip per upstream read);
   :meth:`~PostgresStore.interrupt_expired_runs` uses ``FOR UPDATE SKIP LOCKED`` (two
   instances sweeping at once split the expired runs between them);
 * rotation -- ``LOCK TABLE signing_keys`` (one active key, always).
