@@ -2,7 +2,7 @@
 """Newcomer entry point: `python3 dev.py run` / `python3 dev.py test`.
 
 Needs only Python >= 3.11 and access to the package registry. On first use it
-creates `.venv/` beside this file and installs the project with its test extra;
+creates `.venv/` beside this file and installs the project with its test and postgres extras;
 later runs reuse it (re-installing when pyproject.toml changed).
 """
 
@@ -47,12 +47,12 @@ def ensure_venv() -> None:
         if fresh
         else "pyproject.toml changed: reinstalling"
     )
-    print(f"dev.py: {what} artifact-gateway[test] (a minute or so) ...", end=" ", flush=True)
+    print(f"dev.py: {what} artifact-gateway[test,postgres] (a minute or so) ...", end=" ", flush=True)
     t0 = time.monotonic()
     if fresh:
         venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
     _pip("install", "-q", "--upgrade", "pip")
-    _pip("install", "-q", "-e", f"{ROOT}[test]")
+    _pip("install", "-q", "-e", f"{ROOT}[test,postgres]")
     STAMP.write_text(digest)
     print(f"done in {time.monotonic() - t0:.0f} s", flush=True)
 

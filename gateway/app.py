@@ -23,7 +23,7 @@ from gateway.runs import MemoryJournal, Runs
 from gateway.sessions import Sessions
 from gateway.signing import Signer
 from gateway.state import GatewayApp, GatewayState, extra_roots, make_scrub
-from gateway.store import Store, open_store
+from gateway.store import Store, open_configured_store
 from gateway.upstream import Upstream
 from gateway.web import install_common
 
@@ -48,8 +48,8 @@ def build_state(
     clock: Callable[[], float] = time.time,
     settings: PipelineSettings | None = None,
 ) -> GatewayState:
-    signer = Signer.load_or_create(config.state_dir)
-    the_store = store if store is not None else open_store(config.state_dir)
+    the_store = store if store is not None else open_configured_store(config)
+    signer = Signer.from_store(the_store, state_dir=config.state_dir)
     artifacts = ArtifactService(config, the_store, signer, clock=clock)
     st = GatewayState(
         config=config,

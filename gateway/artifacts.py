@@ -9,8 +9,9 @@ blocks on the file system or the database:
    configured root (roots resolved the same way);
 3. refuse denied locations (``artifacts.denied``: any run of path components below
    the root, checked on the path as written *and* as resolved);
-4. ``lstat`` the resolved file: a regular file within ``max_bytes``; its identity
-   (device, inode, size, mtime) is recorded with a random 192-bit id.
+4. ``lstat`` the resolved file: a regular file within ``max_bytes`` with one link
+   (see "Hard links"); its identity (device, inode, size, mtime, ctime) is recorded
+   with a random 192-bit id.
 
 Anything refused becomes the file name alone (the resolver answers ``None``); the
 reason is logged at debug level without the path. Within one response a path is
@@ -18,8 +19,22 @@ minted once (same path → same link).
 
 Serving checks the link (owner, or signature and expiry), then opens the recorded
 path with ``O_NOFOLLOW | O_NONBLOCK`` and compares the open file's identity with the
-record: a changed or swapped file answers 410, never the new content. The file is
-streamed from that descriptor (``pread`` in worker threads), never read whole.
+record: a changed or swapped file answers 410, never the new content. The ctime is
+part of the identity (records minted before it was recorded compare without it): a
+file rewritten in place with its size and mtime put back (``os.utime``) still has a
+new ctime, which no unprivileged process can set. The file is streamed from that
+descriptor (``pread`` in worker threads), never read whole.
+
+Hard links
+----------
+A hard link is the same file under a second name: a link under an artifact root to a
+file outside every root (``ln ~/.ssh/id_rsa artifacts/x``) passes the ``realpath``
+check, because the path really is under the root. Nothing in the file system says
+which name is the "real" one, so a file with ``st_nlink > 1`` gets no link at mint
+and answers 410 at download (a link made after minting is caught there), unless
+``artifacts.allow_hard_links = true`` -- for artifact trees built with hard links
+on purpose (``cp -al`` snapshots, content-addressed stores) whose every name is
+trusted.
 """
 
 from __future__ import annotations
@@ -65,6 +80,7 @@ class FileFacts:
     size: int
     mtime_ns: int
     content_type: str
+    ctime_ns: int | None = None
 
 
 class ArtifactService:
@@ -77,6 +93,7 @@ class ArtifactService:
         signer: Signer,
         *,
         clock: Callable[[], float] = time.time,
+        allow_hard_links: bool | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -87,6 +104,11 @@ class ArtifactService:
         self._mounts = tuple(
             (m.agent_prefix.replace("\\", "/").rstrip("/"), Path(os.path.realpath(m.host_dir)))
             for m in config.artifacts.mounts
+        )
+        self.allow_hard_links = (
+            bool(getattr(config.artifacts, "allow_hard_links", False))
+            if allow_hard_links is None
+            else allow_hard_links
         )
         self._denied = tuple(
             tuple(p.lower() for p in d.replace("\\", "/").strip("/").split("/") if p)
@@ -168,10 +190,20 @@ class ArtifactService:
         if st.st_size > self.config.artifacts.max_bytes:
             log.debug("no link: larger than artifacts.max_bytes")
             return None
+        if st.st_nlink > 1 and not self.allow_hard_links:
+            log.debug("no link: the file has other hard links (artifacts.allow_hard_links)")
+            return None
         name = resolved.name
         ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
         return FileFacts(
-            str(resolved), name, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, ctype
+            str(resolved),
+            name,
+            st.st_dev,
+            st.st_ino,
+            st.st_size,
+            st.st_mtime_ns,
+            ctype,
+            st.st_ctime_ns,
         )
 
     def mint(self, facts: FileFacts, owner: str, mode: str) -> ArtifactRecord:
@@ -190,8 +222,10 @@ class ArtifactService:
             created=now,
             expires=expires,
             content_type=facts.content_type,
+            ctime_ns=facts.ctime_ns,
         )
         self.store.create_artifact(rec)
+        self.signer.refresh()  # the url() that follows signs with a current key
         return rec
 
     # -- links -----------------------------------------------------------------------
@@ -231,7 +265,9 @@ class ArtifactService:
         if not (exp.isascii() and exp.isdigit()) or len(exp) > 12 or str(int(exp)) != exp:
             raise _not_found()
         exp_i = int(exp)
-        if not self.signer.verify_link(artifact_id, exp_i, sig):
+        # a store-backed signer reads the key from the store: never cached, so a
+        # retired key is refused at once on every instance
+        if not await trio.to_thread.run_sync(self.signer.verify_link, artifact_id, exp_i, sig):
             raise _not_found()
         rec = await self.get(artifact_id)
         if rec is None or rec.link_mode != "public":
@@ -271,6 +307,8 @@ class ArtifactService:
                 and st.st_ino == rec.inode
                 and st.st_size == rec.size
                 and st.st_mtime_ns == rec.mtime_ns
+                and (rec.ctime_ns is None or st.st_ctime_ns == rec.ctime_ns)
+                and (st.st_nlink <= 1 or self.allow_hard_links)
             )
             root = self._under_root(Path(os.path.realpath(rec.path)))
             if not same or root is None:
@@ -350,8 +388,18 @@ def etag(rec: ArtifactRecord) -> str:
     return f'"{rec.id[:16]}-{rec.size:x}-{rec.mtime_ns:x}"'
 
 
+def _digits(text: str) -> bool:
+    """ASCII digits only: ``int()`` also takes "١٢", "+5", " 5" and "5_0"."""
+    return text.isascii() and text.isdigit()
+
+
 def parse_range(header: str | None, size: int) -> tuple[int, int] | bool | None:
-    """``Range: bytes=a-b`` → (start, end inclusive); None: whole file; False: 416."""
+    """``Range: bytes=a-b`` → (start, end inclusive); None: whole file; False: 416.
+
+    RFC 9110 §14.2: a Range that is not valid (bad syntax, ``last < first``, digits
+    other than ASCII) is ignored -- the whole file, 200. A valid one that no byte of
+    the file satisfies (``first >= size``, a zero-length suffix) is 416.
+    """
     if not header:
         return None
     unit, _, spec = header.partition("=")
@@ -360,20 +408,31 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | bool | None:
     first, dash, last = spec.strip().partition("-")
     if not dash:
         return None
-    try:
-        if first == "":
-            n = int(last)
-            if n <= 0:
-                return False
-            start, end = max(0, size - n), size - 1
-        else:
-            start = int(first)
-            end = int(last) if last else size - 1
-    except ValueError:
+    if first == "":
+        if not _digits(last):
+            return None
+        n = int(last)
+        if n <= 0:
+            return False
+        return (max(0, size - n), size - 1) if size > 0 else False
+    if not _digits(first) or (last and not _digits(last)):
         return None
-    if start < 0 or start >= size or end < start:
+    start = int(first)
+    end = int(last) if last else size - 1
+    if last and end < start:
+        return None  # invalid: ignored
+    if start >= size:
         return False
     return start, min(end, size - 1)
+
+
+def download_content_type(rec: ArtifactRecord) -> str:
+    """The ``Content-Type`` of a download: ``text/*`` says ``charset=utf-8`` (what agents
+    write) unless the record names a charset already."""
+    ctype = rec.content_type
+    if ctype.lower().startswith("text/") and "charset=" not in ctype.lower():
+        return f"{ctype}; charset=utf-8"
+    return ctype
 
 
 class FileBody(ResponseBody):

@@ -11,7 +11,6 @@ invisible session (404).
 from __future__ import annotations
 
 import re
-import threading
 import time
 from typing import Any
 
@@ -44,9 +43,6 @@ def session_id_from(headers_value: str | None, body: dict[str, Any]) -> str | No
 class Sessions:
     def __init__(self, store: Store) -> None:
         self.store = store
-        # append is read-modify-write over two store calls: without this lock two turns
-        # finishing together in one session lose one of them (the last write wins)
-        self._append_lock = threading.Lock()
 
     async def history(self, owner: str, sid: str) -> list[dict[str, Any]]:
         doc = await trio.to_thread.run_sync(self.store.get_json, KIND, owner, sid)
@@ -58,22 +54,21 @@ class Sessions:
     async def append(
         self, owner: str, sid: str, new: list[dict[str, Any]], assistant_text: str
     ) -> None:
-        def update() -> None:
-            with self._append_lock:
-                doc = self.store.get_json(KIND, owner, sid)
-                now = time.time()
-                if doc is None:
-                    doc = {"id": sid, "created": now, "messages": []}
-                messages = [
-                    *doc.get("messages", []),
-                    *new,
-                    {"role": "assistant", "content": assistant_text},
-                ]
-                doc["messages"] = messages[-MAX_MESSAGES:]
-                doc["updated"] = now
-                self.store.put_json(KIND, owner, sid, doc)
+        # one atomic read-modify-write in the store (a row lock across instances): two
+        # turns finishing together in one session both land, on any instance
+        def add(doc: dict[str, Any] | None) -> dict[str, Any]:
+            now = time.time()
+            doc = dict(doc) if doc is not None else {"id": sid, "created": now, "messages": []}
+            messages = [
+                *doc.get("messages", []),
+                *new,
+                {"role": "assistant", "content": assistant_text},
+            ]
+            doc["messages"] = messages[-MAX_MESSAGES:]
+            doc["updated"] = now
+            return doc
 
-        await trio.to_thread.run_sync(update)
+        await trio.to_thread.run_sync(lambda: self.store.update_json(KIND, owner, sid, add))
 
     async def list(self, owner: str) -> list[dict[str, Any]]:
         rows = await trio.to_thread.run_sync(self.store.list_json, KIND, owner)

@@ -1,6 +1,15 @@
 """Link signatures, the per-principal upstream id, and artifact ids.
 
-Pure stdlib; the only I/O is loading and persisting the key file.
+The HMAC code is pure stdlib. Keys live in one of two places:
+
+* **the state store** (what the gateway uses: :meth:`Signer.from_store`), shared by
+  every instance on the same database, so a rotation or retirement made anywhere is
+  seen everywhere (see "Rotation" below);
+* **a key file** ``state_dir/signing-keys.json`` (:meth:`Signer.load_or_create`, the
+  format of earlier releases). :meth:`Signer.from_store` imports it once into a store
+  that has no keys yet and renames it ``signing-keys.json.imported``; if the store
+  already has keys and a local key file differs from them, it logs a warning and uses
+  the store's.
 
 Key file
 --------
@@ -36,18 +45,23 @@ gateway keeps its state (upstreams use them for abuse tracking and caching), whi
 signing keys come and go. Deriving the id from the oldest signing key would change
 every id when that key is retired, so the salt lives apart and is never rotated.
 
-Rotation
---------
-1. ``signer.rotate()`` (the operator's CLI) adds a new key, makes it active and
-   persists the file; links signed with older keys still verify.
-2. With several instances sharing the file (DESIGN.md, "Scaling out"), distribute the
-   new file and restart each instance; until an instance restarts it keeps signing
-   with its old key, which the new file still contains, so nothing breaks.
-3. After the longest public-link lifetime (``artifacts.public_ttl_seconds``) has
-   passed, ``signer.retire(old_kid)`` removes the old key; links it signed stop
-   verifying (they would have expired anyway).
-Run rotate/retire in one place at a time: the file is replaced whole, so two
-concurrent rotations keep only the last writer's view.
+Rotation (store-backed signer)
+------------------------------
+1. ``gateway keys rotate`` (:meth:`Signer.rotate`) adds a new key and makes it the
+   only active one, in one transaction. Links signed with older keys still verify.
+2. **Verification reads the key from the store every time** (one indexed read per
+   public download, beside the artifact record itself): nothing caches a key, so a
+   retired key is refused by every instance from the moment the retirement commits.
+3. **Signing uses a cached active key, at most** :data:`ACTIVE_KEY_MAX_AGE` **seconds
+   old**: minting (in a worker thread) re-reads it when the cache is older than that,
+   and the maintenance task (:mod:`gateway.reaper`) refreshes it on the same period,
+   so every instance signs with the new key within 5 s of a rotation. Until then it
+   signs with the previous key, which still verifies.
+4. After the longest public-link lifetime (``artifacts.public_ttl_seconds``) has
+   passed, ``gateway keys retire KID`` deletes the old key; links it signed stop
+   verifying (404) -- they would have expired anyway. Retiring the active key is
+   refused. Do not retire a key within :data:`ACTIVE_KEY_MAX_AGE` of the rotation
+   that replaced it (an instance may still be signing with it).
 """
 
 from __future__ import annotations
@@ -58,18 +72,26 @@ import contextlib
 import hashlib
 import hmac
 import json
+import logging
 import os
 import re
 import secrets
 import stat
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.errors import ConfigError
 
+if TYPE_CHECKING:
+    from gateway.store.base import Store
+
+log = logging.getLogger("gateway.signing")
+
 __all__ = [
+    "ACTIVE_KEY_MAX_AGE",
     "KEY_FILE_NAME",
     "LINK_DOMAIN",
     "PRINCIPAL_DOMAIN",
@@ -78,6 +100,8 @@ __all__ = [
 ]
 
 KEY_FILE_NAME = "signing-keys.json"
+#: how old (seconds) the cached active key of a store-backed signer may get
+ACTIVE_KEY_MAX_AGE = 5.0
 LINK_DOMAIN = b"artifact-gateway:link:v1\x00"
 PRINCIPAL_DOMAIN = b"artifact-gateway:principal:v1\x00"
 
@@ -112,11 +136,25 @@ def _new_kid(taken: Mapping[str, bytes]) -> str:
 class Signer:
     """Holds the signing keys (one active, older ones verify only) and the principal salt.
 
-    Construct with :meth:`load_or_create`; the constructor is for in-memory use (tests),
-    where ``path=None`` makes :meth:`rotate` and :meth:`retire` not persist anything.
+    Three ways to get one: :meth:`from_store` (the gateway: keys shared through the
+    state store), :meth:`load_or_create` (a key file), or the constructor /
+    :meth:`generate` (in memory; ``path=None`` makes :meth:`rotate` and :meth:`retire`
+    persist nothing).
     """
 
-    __slots__ = ("_active", "_created", "_keys", "_path", "_principal_salt")
+    __slots__ = (
+        "_active",
+        "_active_secret",
+        "_clock",
+        "_created",
+        "_keys",
+        "_loaded_at",
+        "_lock",
+        "_max_age",
+        "_path",
+        "_principal_salt",
+        "_store",
+    )
 
     def __init__(
         self,
@@ -128,19 +166,22 @@ class Signer:
         created: Mapping[str, int] | None = None,
     ) -> None:
         for kid, secret in keys.items():
-            if not _KID_RE.fullmatch(kid):
-                raise ValueError("a kid is 8 lowercase hex characters")
-            if len(secret) < _SECRET_BYTES:
-                raise ValueError(f"a signing key has at least {_SECRET_BYTES} bytes")
+            _check_key(kid, secret)
         if active_kid not in keys:
             raise ValueError("the active kid is not among the keys")
         if len(principal_salt) < _SECRET_BYTES:
             raise ValueError(f"the principal salt has at least {_SECRET_BYTES} bytes")
-        self._keys = dict(keys)  # insertion order = oldest first
+        self._keys = dict(keys)  # insertion order = oldest first (unused with a store)
         self._active = active_kid
+        self._active_secret = self._keys[active_kid]
         self._principal_salt = bytes(principal_salt)
         self._path = path
         self._created = {kid: (created or {}).get(kid, 0) for kid in self._keys}
+        self._store: Store | None = None
+        self._lock = threading.Lock()
+        self._clock: Callable[[], float] = time.monotonic
+        self._loaded_at = 0.0
+        self._max_age = ACTIVE_KEY_MAX_AGE
 
     @classmethod
     def generate(cls, *, path: Path | None = None) -> Signer:
@@ -153,6 +194,91 @@ class Signer:
             path=path,
             created={kid: int(time.time())},
         )
+
+    @classmethod
+    def from_store(
+        cls,
+        store: Store,
+        *,
+        state_dir: Path | None = None,
+        max_age: float = ACTIVE_KEY_MAX_AGE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> Signer:
+        """The signer of a gateway instance: keys and salt live in ``store`` (blocking).
+
+        A store without keys is seeded once: from ``state_dir/signing-keys.json`` if
+        there is one (then renamed ``.imported``), else with a fresh key and salt. Two
+        instances seeding at once end up with the same keys (the first seed wins). If
+        the store has keys and a local key file differs from them, a warning is logged
+        and the store's keys are used.
+        """
+        from gateway.store.base import SigningKey
+
+        file = Path(state_dir) / KEY_FILE_NAME if state_dir is not None else None
+        salt = store.principal_salt()
+        if salt is None:
+            seed: Signer | None = None
+            if file is not None:
+                try:
+                    seed = cls._load(file)
+                except FileNotFoundError:
+                    seed = None
+            imported = seed is not None
+            seed = seed or cls.generate()
+            keys = [
+                SigningKey(kid, secret, seed._created.get(kid, 0), kid == seed._active)
+                for kid, secret in seed._keys.items()
+            ]
+            if store.init_signing(keys, seed._principal_salt) and imported and file:
+                log.info("imported %s into the state store", KEY_FILE_NAME)
+                try:
+                    os.replace(file, file.with_name(KEY_FILE_NAME + ".imported"))
+                except OSError as exc:
+                    log.warning(
+                        "could not rename %s after importing it (%s); it is no longer read",
+                        KEY_FILE_NAME,
+                        exc.strerror,
+                    )
+            salt = store.principal_salt()
+            if salt is None:
+                raise ConfigError("state_dir", "the state store lost its signing keys")
+        elif file is not None:
+            cls._warn_if_file_differs(store, salt, file)
+        active = store.active_signing_key()
+        if active is None:
+            raise ConfigError(
+                "database_url",
+                "the state store has no active signing key; run `gateway keys rotate`",
+            )
+        signer = cls(
+            keys={active.kid: active.secret},
+            active_kid=active.kid,
+            principal_salt=salt,
+            created={active.kid: active.created},
+        )
+        signer._store = store
+        signer._clock = clock
+        signer._max_age = max_age
+        signer._loaded_at = clock()
+        return signer
+
+    @classmethod
+    def _warn_if_file_differs(cls, store: Store, salt: bytes, file: Path) -> None:
+        try:
+            local = cls._load(file)
+        except FileNotFoundError:
+            return
+        except ConfigError as exc:
+            log.warning("ignoring %s: %s", KEY_FILE_NAME, exc.message)
+            return
+        stored = {k.kid: k.secret for k in store.list_signing_keys()}
+        if local._keys != stored or local._principal_salt != salt:
+            log.warning(
+                "%s in the state directory differs from the signing keys in the state store; "
+                "the store's keys are used (links signed only by the file's keys do not "
+                "verify). Move the file away once you have checked it.",
+                KEY_FILE_NAME,
+            )
 
     @classmethod
     def load_or_create(cls, state_dir: Path) -> Signer:
@@ -272,29 +398,60 @@ class Signer:
             _write_atomically(self._path, self._to_json(), replace=True)
 
     def __repr__(self) -> str:
-        return f"<Signer active={self._active!r} kids={list(self._keys)!r}>"
+        where = "store" if self._store is not None else f"kids={list(self._keys)!r}"
+        return f"<Signer active={self._active!r} {where}>"
 
     @property
     def active_kid(self) -> str:
-        """The kid that signs new links."""
+        """The kid that signs new links (store-backed: as of the last refresh)."""
         return self._active
 
     @property
     def kids(self) -> tuple[str, ...]:
-        """Every kid that verifies, oldest first."""
+        """Every kid that verifies, oldest first (store-backed: reads the store)."""
+        if self._store is not None:
+            return tuple(k.kid for k in self._store.list_signing_keys())
         return tuple(self._keys)
+
+    @property
+    def store_backed(self) -> bool:
+        return self._store is not None
+
+    def refresh(self, *, force: bool = False) -> None:
+        """Store-backed: re-read the active key if the cached one is older than
+        :data:`ACTIVE_KEY_MAX_AGE` (or ``force``). Blocking; a no-op otherwise."""
+        store = self._store
+        if store is None or (not force and self._clock() - self._loaded_at < self._max_age):
+            return
+        active = store.active_signing_key()
+        with self._lock:
+            if active is not None:
+                self._active, self._active_secret = active.kid, active.secret
+            self._loaded_at = self._clock()
 
     def rotate(self) -> str:
         """Add a new active key, keep the older ones for verification, persist; return its kid."""
+        if self._store is not None:
+            from gateway.store.base import SigningKey
+
+            taken = {kid: b"" for kid in self.kids}
+            key = SigningKey(
+                _new_kid(taken), secrets.token_bytes(_SECRET_BYTES), int(time.time()), True
+            )
+            self._store.add_signing_key(key)
+            with self._lock:
+                self._active, self._active_secret = key.kid, key.secret
+                self._loaded_at = self._clock()
+            return key.kid
         kid = _new_kid(self._keys)
-        old = (dict(self._keys), self._active, dict(self._created))
+        old = (dict(self._keys), self._active, self._active_secret, dict(self._created))
         self._keys[kid] = secrets.token_bytes(_SECRET_BYTES)
         self._created[kid] = int(time.time())
-        self._active = kid
+        self._active, self._active_secret = kid, self._keys[kid]
         try:
             self._persist()
         except BaseException:
-            self._keys, self._active, self._created = old
+            self._keys, self._active, self._active_secret, self._created = old
             raise
         return kid
 
@@ -303,6 +460,9 @@ class Signer:
 
         Raises ``ValueError`` for an unknown kid or the active one.
         """
+        if self._store is not None:
+            self._store.retire_signing_key(kid)
+            return
         if kid not in self._keys:
             raise ValueError("unknown kid")
         if kid == self._active:
@@ -320,24 +480,30 @@ class Signer:
     def _link_message(artifact_id: str, exp: int) -> bytes:
         return LINK_DOMAIN + artifact_id.encode("utf-8") + b"\x00" + str(exp).encode("ascii")
 
-    def _mac(self, kid: str, artifact_id: str, exp: int) -> str:
-        digest = hmac.new(
-            self._keys[kid], self._link_message(artifact_id, exp), hashlib.sha256
-        ).digest()
+    @classmethod
+    def _mac(cls, kid: str, secret: bytes, artifact_id: str, exp: int) -> str:
+        digest = hmac.new(secret, cls._link_message(artifact_id, exp), hashlib.sha256).digest()
         return f"{kid}.{_b64e(digest)}"
 
     def sign_link(self, artifact_id: str, exp: int) -> str:
-        """Signature ``<kid>.<base64url mac>`` of a public link for (artifact_id, exp)."""
+        """Signature ``<kid>.<base64url mac>`` of a public link for (artifact_id, exp).
+
+        Never blocks: a store-backed signer uses its cached active key (see
+        :meth:`refresh`)."""
         if isinstance(exp, bool) or not isinstance(exp, int):
             raise TypeError("exp is an int (unix seconds)")
         if not isinstance(artifact_id, str) or not artifact_id or "\x00" in artifact_id:
             raise ValueError("artifact_id is a non-empty string without NUL")
-        return self._mac(self._active, artifact_id, exp)
+        with self._lock:
+            kid, secret = self._active, self._active_secret
+        return self._mac(kid, secret, artifact_id, exp)
 
     def verify_link(self, artifact_id: str, exp: int, sig: str) -> bool:
-        """True iff ``sig`` was made by :meth:`sign_link` with any known key.
+        """True iff ``sig`` was made by :meth:`sign_link` with any key that still verifies.
 
-        Never raises on attacker-controlled input; expiry is the caller's business.
+        Never raises on attacker-controlled input; expiry is the caller's business. A
+        store-backed signer reads the key from the store (blocking; StoreError if the
+        store is down), so a retired key is refused at once.
         """
         try:
             if isinstance(exp, bool) or not isinstance(exp, int):
@@ -347,9 +513,12 @@ class Signer:
             if not isinstance(sig, str) or len(sig) > _SIG_MAX_CHARS or not sig.isascii():
                 return False
             kid, dot, mac = sig.partition(".")
-            if not dot or kid not in self._keys or len(mac) != _MAC_CHARS:
+            if not dot or not _KID_RE.fullmatch(kid) or len(mac) != _MAC_CHARS:
                 return False
-            expected = self._mac(kid, artifact_id, exp)
+            secret = self._store.get_signing_key(kid) if self._store else self._keys.get(kid)
+            if secret is None:
+                return False
+            expected = self._mac(kid, secret, artifact_id, exp)
             # Compare the canonical encodings, so a non-canonical base64 spelling of the
             # same MAC (padding bits set) is refused too.
             return hmac.compare_digest(expected.encode("ascii"), sig.encode("ascii"))
@@ -364,6 +533,13 @@ class Signer:
             hashlib.sha256,
         ).hexdigest()
         return "p_" + mac[:24]
+
+
+def _check_key(kid: str, secret: bytes) -> None:
+    if not _KID_RE.fullmatch(kid):
+        raise ValueError("a kid is 8 lowercase hex characters")
+    if len(secret) < _SECRET_BYTES:
+        raise ValueError(f"a signing key has at least {_SECRET_BYTES} bytes")
 
 
 def _write_atomically(path: Path, data: bytes, *, replace: bool) -> None:

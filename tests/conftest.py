@@ -1,12 +1,24 @@
-"""Shared fixtures: real hypercorn servers on 127.0.0.1 with ephemeral ports.
+"""Shared fixtures: real hypercorn servers on 127.0.0.1 with ephemeral ports, and a
+real PostgreSQL.
 
 Servers run in pytest-trio's per-test ``nursery`` fixture, which is cancelled when
 the test ends, so no server or task outlives its test.
+
+PostgreSQL: ``pg_cluster`` starts one throw-away cluster per test session
+(:mod:`harness.pgcluster`: a temp folder, a free loopback port, fsync off; stopped and
+deleted at the end, also on failure). Each test gets its own database:
+``pg_url`` a copy of a template already at the current schema (a file copy, ~40 ms),
+``pg_empty_url`` an empty one. Without server binaries the tests that need them are
+skipped, saying why -- except with ``CI=true``, where they fail: CI must run them
+(``.ci/install-postgres``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import dataclasses
+import os
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -21,6 +33,8 @@ from gateway.config import Config, config_from_dict
 from gateway.demo_upstream import DemoUpstreamApp, create_demo_upstream_app, serve_demo_upstream
 from gateway.proxy import create_proxy_app
 from gateway.server import serve_app
+from gateway.store import Store, open_store
+from harness.pgcluster import PgCluster, PgUnavailable
 
 ALICE_KEY = "test-alice-key-0123456789"
 BOB_KEY = "test-bob-key-0123456789ab"
@@ -172,6 +186,83 @@ async def proxy(
 ) -> AsyncIterator[Proxy]:
     """demo upstream -> gateway -> runs proxy, all real servers on loopback."""
     yield await start_proxy(nursery, proxy_config(tmp_path, upstream.url + "/v1", gateway.url))
+
+
+PG_TEMPLATE = "gw_template"
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GATEWAY_DATABASE_URL exported in the developer's shell must not send the suite's
+    gateways to that database; tests that want PostgreSQL set it themselves."""
+    monkeypatch.delenv("GATEWAY_DATABASE_URL", raising=False)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    """One throw-away PostgreSQL cluster for the session (skipped without binaries)."""
+    try:
+        cluster = PgCluster.start()
+    except PgUnavailable as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true, and PostgreSQL cannot run here: {exc}", pytrace=False)
+        pytest.skip(f"PostgreSQL not available: {exc}")
+    try:
+        cluster.create_database(PG_TEMPLATE)
+        open_store(Path("/nonexistent"), cluster.url(PG_TEMPLATE), migrate=True).close()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: PgCluster) -> Iterator[str]:
+    """A fresh database at the current schema (a copy of the session's template)."""
+    name = "t_" + secrets.token_hex(6)
+    url = pg_cluster.create_database(name, template=PG_TEMPLATE)
+    try:
+        yield url
+    finally:
+        pg_cluster.drop_database(name)
+
+
+@pytest.fixture
+def pg_empty_url(pg_cluster: PgCluster) -> Iterator[str]:
+    """A fresh, empty database (schema version 0)."""
+    name = "e_" + secrets.token_hex(6)
+    url = pg_cluster.create_database(name)
+    try:
+        yield url
+    finally:
+        pg_cluster.drop_database(name)
+
+
+@dataclasses.dataclass
+class Backend:
+    """Opens stores on one backing database: each :meth:`open` is another instance."""
+
+    name: str
+    opener: Callable[[], Store]
+    opened: list[Store] = dataclasses.field(default_factory=list)
+
+    def open(self) -> Store:
+        store = self.opener()
+        self.opened.append(store)
+        return store
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    if request.param == "sqlite":
+        b = Backend("sqlite", lambda: open_store(tmp_path / "state"))
+    else:
+        url: str = request.getfixturevalue("pg_url")
+        b = Backend("postgresql", lambda: open_store(tmp_path, url, pool_size=4))
+    try:
+        yield b
+    finally:
+        for s in b.opened:
+            s.close()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

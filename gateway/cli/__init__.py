@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from gateway import __version__
-from gateway.cli import config, ops, serve, service
+from gateway.cli import config, db, keys, ops, serve, service
 from gateway.cli.common import err
 from gateway.errors import ConfigError
 from gateway.lock import EXIT_USAGE
@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (serve, config, ops, service):
+    for module in (serve, config, db, keys, ops, service):
         module.register(sub)
     return ap
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 import trio
 from quart import Blueprint, Response, request
 
-from gateway.artifacts import FileBody, content_disposition, etag, parse_range
+from gateway.artifacts import (
+    FileBody,
+    content_disposition,
+    download_content_type,
+    etag,
+    parse_range,
+)
 from gateway.errors import GatewayError, NotFound
 from gateway.routes._common import authenticate
 from gateway.state import current
@@ -46,7 +52,7 @@ async def download(artifact_id: str) -> Response:
     body = FileBody(fd, start, length)
     cleanup_stack().callback(body.close)  # closes the descriptor even if the body never starts
     headers = {
-        "Content-Type": rec.content_type,
+        "Content-Type": download_content_type(rec),
         "Content-Disposition": content_disposition(rec.filename),
         "ETag": etag(rec),
         "Accept-Ranges": "bytes",

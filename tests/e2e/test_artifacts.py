@@ -771,14 +771,24 @@ async def test_range_requests(gw: GW) -> None:
             assert r.content == data[a : b + 1]
             assert r.headers["etag"] == full.headers["etag"]
 
-        for header in ("bytes=99999-", "bytes=1000-", "bytes=-0", "bytes=5-3"):
+        for header in ("bytes=99999-", "bytes=1000-", "bytes=-0"):
             r = await gw.get(url, key=key, Range=header)
             assert_json_error(r, 416, "range_not_satisfiable")
             assert r.headers["content-range"] == "bytes */1000"
-        # forms the gateway does not do: the whole file (RFC 9110 lets it ignore Range)
-        for header in ("bytes=0-1,5-6", "lines=1-2", "bytes=abc"):
+        # forms the gateway does not do: the whole file (RFC 9110 lets it ignore Range);
+        # invalid ones (last < first, what int() takes beyond ASCII digits) must be ignored
+        for header in (
+            "bytes=0-1,5-6",
+            "lines=1-2",
+            "bytes=abc",
+            "bytes=5-3",
+            "bytes=5-2",
+            "bytes=+5-9",
+            "bytes=5_0-",
+        ):
             r = await gw.get(url, key=key, Range=header)
             assert r.status_code == 200 and r.content == data, header
+            assert "content-range" not in r.headers
 
 
 async def test_download_headers_and_unicode_name(gw: GW, files: DemoFiles) -> None:

@@ -17,12 +17,13 @@ from gateway.artifacts import (
     FileBody,
     Gone,
     content_disposition,
+    download_content_type,
     etag,
     parse_range,
 )
 from gateway.errors import NotFound
 from gateway.signing import Signer
-from gateway.store import SQLiteStore
+from gateway.store import ArtifactRecord, SQLiteStore
 from tests.conftest import make_config
 
 T0 = 1_780_000_000
@@ -41,12 +42,16 @@ def clock() -> Clock:
     return Clock()
 
 
-def service(tmp_path: Path, clock: Clock, **artifacts: Any) -> ArtifactService:
+def service(
+    tmp_path: Path, clock: Clock, *, allow_hard_links: bool | None = None, **artifacts: Any
+) -> ArtifactService:
     config = make_config(
         tmp_path, "http://upstream.invalid/v1", artifacts={"public_ttl_seconds": 60, **artifacts}
     )
     store = SQLiteStore(tmp_path / "state" / "gateway.sqlite3")
-    return ArtifactService(config, store, Signer.generate(), clock=clock)
+    return ArtifactService(
+        config, store, Signer.generate(), clock=clock, allow_hard_links=allow_hard_links
+    )
 
 
 @pytest.fixture
@@ -77,7 +82,24 @@ def root(tmp_path: Path, svc: ArtifactService) -> Path:
         ("bytes=99999-", 100, False),
         ("bytes=100-", 100, False),
         ("bytes=-0", 100, False),
-        ("bytes=5-3", 100, False),
+        # RFC 9110 §14.2: an invalid range is ignored (200, the whole file) ...
+        ("bytes=5-3", 100, None),
+        ("bytes=5-2", 100, None),
+        ("bytes=5-2", 3, None),
+        # ... and so is anything but ASCII digits, which int() would take
+        ("bytes=\u0661\u0662-", 100, None),
+        ("bytes=-\u0661", 100, None),
+        ("bytes=0-\u0669", 100, None),
+        ("bytes=+5-", 100, None),
+        ("bytes=-+5", 100, None),
+        ("bytes= 5-9 ", 100, (5, 9)),  # the whole spec is stripped; inside it no space
+        ("bytes=5 -9", 100, None),
+        ("bytes=5- 9", 100, None),
+        ("bytes=5_0-", 100, None),
+        ("bytes=0-5_0", 100, None),
+        ("bytes=--5", 100, None),
+        ("bytes=\uff15-", 100, None),  # fullwidth 5
+        ("bytes=-", 100, None),
         ("bytes=0-", 0, False),
         ("bytes=-5", 0, False),
         ("bytes=0-1,4-5", 100, None),  # multiple ranges: whole file
@@ -351,3 +373,149 @@ async def test_response_links(svc: ArtifactService, root: Path, tmp_path: Path) 
     u3 = await other.resolve(f"{root}/a.txt")
     assert u3 is not None and u3 != u1 and "?" not in u3
     assert [r.owner for r in svc.store.list_artifacts("bob")] == ["bob"]
+
+
+# --------------------------------------------------------------------------- identity
+
+
+async def test_rewritten_in_place_with_size_and_mtime_restored_is_gone(
+    svc: ArtifactService, root: Path
+) -> None:
+    """Same inode, size and mtime (``os.utime`` puts it back), other bytes: the ctime
+    moved, and no unprivileged process can set it back."""
+    f = root / "r.txt"
+    f.write_bytes(b"original")
+    facts = svc.inspect(str(f))
+    assert facts is not None and facts.ctime_ns == f.stat().st_ctime_ns
+    rec = svc.mint(facts, "alice", "private")
+    assert svc.store.get_artifact(rec.id) == rec and rec.ctime_ns == facts.ctime_ns
+    os.close(await svc.open_verified(rec))  # unchanged: served
+
+    before = f.stat()
+    fd = os.open(f, os.O_WRONLY)  # same inode, same length
+    os.write(fd, b"REPLACED")
+    os.close(fd)
+    os.utime(f, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = f.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        before.st_ino,
+        before.st_size,
+        before.st_mtime_ns,
+    )
+    assert after.st_ctime_ns != before.st_ctime_ns
+    with pytest.raises(Gone) as gone:
+        await svc.open_verified(rec)
+    assert gone.value.code == "artifact_changed"
+
+
+async def test_records_without_ctime_compare_the_old_way(svc: ArtifactService, root: Path) -> None:
+    """A record minted before ctime was recorded (ctime_ns None) is still served while
+    device, inode, size and mtime match, and refused when they do not."""
+    f = root / "old.txt"
+    f.write_bytes(b"old record")
+    st = f.stat()
+    rec = ArtifactRecord(
+        id="o" * 32,
+        owner="alice",
+        link_mode="private",
+        path=str(f),
+        filename="old.txt",
+        device=st.st_dev,
+        inode=st.st_ino,
+        size=st.st_size,
+        mtime_ns=st.st_mtime_ns,
+        created=T0,
+        expires=None,
+    )
+    svc.store.create_artifact(rec)
+    assert svc.store.get_artifact(rec.id) == rec and rec.ctime_ns is None
+    os.chmod(f, 0o640)  # changes the ctime only
+    os.close(await svc.open_verified(rec))
+    f.write_bytes(b"new record")  # same size, new mtime
+    with pytest.raises(Gone):
+        await svc.open_verified(rec)
+
+
+async def test_hard_links_are_refused_unless_allowed(tmp_path: Path, clock: Clock) -> None:
+    svc = service(tmp_path, clock)
+    root, outside = tmp_path / "artifacts", tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "id_rsa.txt"
+    secret.write_text("secret outside every root")
+    os.link(secret, root / "innocent.txt")  # the same file, named under the root
+    assert svc.inspect(str(root / "innocent.txt")) is None
+
+    # a file minted alone, hard-linked afterwards: refused at download
+    (root / "later.txt").write_text("mine")
+    facts = svc.inspect(str(root / "later.txt"))
+    assert facts is not None
+    rec = svc.mint(facts, "alice", "private")
+    os.close(await svc.open_verified(rec))
+    os.link(root / "later.txt", outside / "copy.txt")
+    with pytest.raises(Gone) as gone:
+        await svc.open_verified(rec)
+    assert gone.value.code == "artifact_changed"
+
+    allowing = service(tmp_path, clock, allow_hard_links=True)
+    assert allowing.allow_hard_links
+    allowed = allowing.inspect(str(root / "innocent.txt"))
+    assert allowed is not None
+    os.close(await allowing.open_verified(allowing.mint(allowed, "alice", "private")))
+    os.unlink(outside / "copy.txt")  # one link again, but linking moved the ctime
+    with pytest.raises(Gone):
+        await svc.open_verified(rec)
+
+
+def test_allow_hard_links_is_read_from_the_config(tmp_path: Path, clock: Clock) -> None:
+    """``artifacts.allow_hard_links`` (read with getattr: the key is being added to the
+    config schema) defaults to False and turns the check off when true."""
+    import dataclasses
+    import types
+
+    config = make_config(tmp_path, "http://upstream.invalid/v1")
+    (tmp_path / "artifacts" / "a.txt").write_text("a")
+    store = SQLiteStore(tmp_path / "state" / "gateway.sqlite3")
+    assert ArtifactService(config, store, Signer.generate()).allow_hard_links is False
+    fields = {
+        f.name: getattr(config.artifacts, f.name) for f in dataclasses.fields(config.artifacts)
+    }
+    for flag in (True, False):
+        artifacts = types.SimpleNamespace(**fields, allow_hard_links=flag)
+        with_flag = dataclasses.replace(config, artifacts=artifacts)  # type: ignore[arg-type]
+        svc = ArtifactService(with_flag, store, Signer.generate())
+        assert svc.allow_hard_links is flag
+        os.link(tmp_path / "artifacts" / "a.txt", tmp_path / f"elsewhere-{flag}.txt")
+        assert (svc.inspect(str(tmp_path / "artifacts" / "a.txt")) is not None) is flag
+        os.unlink(tmp_path / f"elsewhere-{flag}.txt")
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("stored", "sent"),
+    [
+        ("text/plain", "text/plain; charset=utf-8"),
+        ("text/csv", "text/csv; charset=utf-8"),
+        ("text/markdown", "text/markdown; charset=utf-8"),
+        ("TEXT/HTML", "TEXT/HTML; charset=utf-8"),
+        ("text/plain; charset=iso-8859-1", "text/plain; charset=iso-8859-1"),
+        ("application/pdf", "application/pdf"),
+        ("application/json", "application/json"),
+        ("image/svg+xml", "image/svg+xml"),
+    ],
+)
+def test_download_content_type(stored: str, sent: str) -> None:
+    rec = ArtifactRecord(
+        id="x" * 32,
+        owner="a",
+        link_mode="private",
+        path="/x",
+        filename="x",
+        device=1,
+        inode=1,
+        size=1,
+        mtime_ns=1,
+        created=0.0,
+        expires=None,
+        content_type=stored,
+    )
+    assert download_content_type(rec) == sent

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from gateway.errors import ConfigError
-from gateway.signing import KEY_FILE_NAME, Signer, new_artifact_id
+from gateway.signing import ACTIVE_KEY_MAX_AGE, KEY_FILE_NAME, Signer, new_artifact_id
+from tests.conftest import Backend
 
 EXP = 1_900_000_000
 
@@ -284,3 +285,110 @@ def test_new_artifact_id() -> None:
     for aid in ids:
         assert len(aid) == 32
         assert set(aid) <= set(string.ascii_letters + string.digits + "-_")
+
+
+# -- keys in the state store (shared by instances) ----------------------------------------
+
+
+class Ticks:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_store_signer_rotation_and_retirement_across_instances(backend: Backend) -> None:
+    ticks = Ticks()
+    a = Signer.from_store(backend.open(), clock=ticks)
+    b = Signer.from_store(backend.open(), clock=ticks)
+    assert a.store_backed and a.active_kid == b.active_kid
+    assert a.principal_id("alice") == b.principal_id("alice")
+    old_kid = a.active_kid
+    old_sig = a.sign_link("abc", EXP)
+    assert b.verify_link("abc", EXP, old_sig)
+
+    new_kid = a.rotate()
+    assert a.active_kid == new_kid != old_kid
+    assert b.kids == (old_kid, new_kid)
+    assert b.verify_link("abc", EXP, old_sig)  # old links keep working
+    assert b.verify_link("abc", EXP, a.sign_link("abc", EXP))  # b knows the new key at once
+    # b signs with its cached key until it is ACTIVE_KEY_MAX_AGE old, then with the new one
+    assert b.sign_link("abc", EXP).startswith(old_kid + ".")
+    b.refresh()
+    assert b.active_kid == old_kid  # not stale yet: no read
+    ticks.now += ACTIVE_KEY_MAX_AGE
+    b.refresh()
+    assert b.active_kid == new_kid and b.sign_link("abc", EXP).startswith(new_kid + ".")
+
+    with pytest.raises(ValueError):
+        b.retire(new_kid)  # the active key
+    with pytest.raises(ValueError):
+        b.retire("0badc0de")
+    b.retire(old_kid)
+    assert not a.verify_link("abc", EXP, old_sig)  # no cache outlives a retirement
+    assert a.kids == (new_kid,)
+    assert a.principal_id("alice") == b.principal_id("alice")  # the salt never rotates
+    assert "secret" not in repr(a) and "store" in repr(a)
+
+
+def test_two_instances_seeding_at_once_agree(backend: Backend) -> None:
+    import threading
+
+    signers: list[Signer] = []
+    start = threading.Barrier(4)
+
+    def work() -> None:
+        start.wait()
+        signers.append(Signer.from_store(backend.open()))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(signers) == 4
+    assert len({s.active_kid for s in signers}) == 1
+    assert len({s.principal_id("alice") for s in signers}) == 1
+
+
+def test_key_file_is_imported_once(backend: Backend, tmp_path: Path) -> None:
+    state = tmp_path / "keys"
+    file_signer = Signer.load_or_create(state)
+    old_kid = file_signer.active_kid
+    file_signer.rotate()
+    sig_old = Signer._load(state / KEY_FILE_NAME)._mac(
+        old_kid, file_signer._keys[old_kid], "abc", EXP
+    )
+    sig_new = file_signer.sign_link("abc", EXP)
+
+    signer = Signer.from_store(backend.open(), state_dir=state)
+    assert signer.kids == file_signer.kids and signer.active_kid == file_signer.active_kid
+    assert signer.verify_link("abc", EXP, sig_old) and signer.verify_link("abc", EXP, sig_new)
+    assert signer.principal_id("alice") == file_signer.principal_id("alice")  # ids stay stable
+    assert not (state / KEY_FILE_NAME).exists()
+    imported = state / (KEY_FILE_NAME + ".imported")
+    assert imported.exists() and mode(imported) == 0o600
+    # the next instance (or restart) finds the keys in the store, and no file to warn about
+    assert Signer.from_store(backend.open(), state_dir=state).active_kid == signer.active_kid
+
+
+def test_a_differing_key_file_is_warned_about_and_ignored(
+    backend: Backend, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = Signer.from_store(backend.open())
+    other_dir = tmp_path / "other-instance"
+    stray = Signer.load_or_create(other_dir)  # an instance that had its own key file
+    with caplog.at_level("WARNING", logger="gateway.signing"):
+        signer = Signer.from_store(backend.open(), state_dir=other_dir)
+    assert signer.active_kid == first.active_kid != stray.active_kid
+    assert any("differs" in r.getMessage() for r in caplog.records)
+    assert (other_dir / KEY_FILE_NAME).exists()  # left for the operator to check
+    secret = json.loads((other_dir / KEY_FILE_NAME).read_text())["keys"][0]["secret"]
+    assert all(secret not in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="gateway.signing"):
+        Signer.from_store(backend.open(), state_dir=tmp_path / "no-file-here")
+    assert caplog.records == []

@@ -1,9 +1,12 @@
-"""Tests for gateway.store: owner scoping, persistence, migrations, documents, health."""
+"""SQLite-specific store tests: the file, its migrations, its failure modes, open_store.
+
+The behaviour both backends share is in test_store_contract.py.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import os
+import re
 import sqlite3
 import stat
 import threading
@@ -15,52 +18,31 @@ import pytest
 from gateway.errors import ConfigError
 from gateway.store import (
     DB_FILE_NAME,
+    EXPECTED_VERSION,
     MIGRATIONS,
-    ArtifactRecord,
     SQLiteStore,
-    Store,
     StoreError,
+    open_configured_store,
     open_store,
+    store_settings,
 )
-
-
-def make_record(
-    aid: str, owner: str = "alice", created: float = 1000.0, **kw: object
-) -> ArtifactRecord:
-    fields: dict[str, object] = {
-        "id": aid,
-        "owner": owner,
-        "link_mode": "private",
-        "path": f"/srv/artifacts/{aid}.txt",
-        "filename": f"{aid}.txt",
-        "device": 2049,
-        "inode": 123456,
-        "size": 42,
-        "mtime_ns": 1_700_000_000_123_456_789,
-        "created": created,
-        "expires": None,
-    }
-    fields.update(kw)
-    return ArtifactRecord(**fields)  # type: ignore[arg-type]
+from tests.unit.test_store_contract import make_record, new_run
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[SQLiteStore]:
     s = open_store(tmp_path)
+    assert isinstance(s, SQLiteStore)
     try:
         yield s
     finally:
         s.close()
 
 
-def test_satisfies_the_protocol(store: SQLiteStore) -> None:
-    as_protocol: Store = store
-    assert as_protocol.check_writable()
-
-
 def test_file_is_0600_and_wal(tmp_path: Path) -> None:
     state = tmp_path / "state"
     s = open_store(state)
+    assert isinstance(s, SQLiteStore)
     try:
         assert s.check_writable()
         db = state / DB_FILE_NAME
@@ -73,71 +55,46 @@ def test_file_is_0600_and_wal(tmp_path: Path) -> None:
         s.close()
 
 
-# -- artifacts ----------------------------------------------------------------------------
-
-
-def test_create_get_round_trip(store: SQLiteStore) -> None:
-    rec = make_record(
-        "a1",
-        link_mode="public",
-        expires=2000.5,
-        content_type="text/plain; charset=utf-8",
-        device=2**64 - 1,  # st_dev / st_ino may not fit a signed int64
-        inode=2**63 + 5,
-        filename="résumé “final”.pdf",
-    )
-    store.create_artifact(rec)
-    assert store.get_artifact("a1") == rec
-    assert store.get_artifact("nope") is None
-
-
-def test_duplicate_id_and_bad_mode_are_refused(store: SQLiteStore) -> None:
-    store.create_artifact(make_record("a1"))
-    with pytest.raises(ValueError):
-        store.create_artifact(make_record("a1", owner="bob"))
-    assert store.get_artifact("a1") == make_record("a1")
-    with pytest.raises(ValueError):
-        store.create_artifact(make_record("a2", link_mode="shared"))
-
-
-def test_list_is_scoped_by_owner_and_newest_first(store: SQLiteStore) -> None:
-    store.create_artifact(make_record("a-old", created=1.0))
-    store.create_artifact(make_record("b-1", owner="bob", created=2.0))
-    store.create_artifact(make_record("a-new", created=3.0))
-    store.create_artifact(make_record("a-mid", created=2.0))
-    assert [r.id for r in store.list_artifacts("alice")] == ["a-new", "a-mid", "a-old"]
-    assert [r.id for r in store.list_artifacts("bob")] == ["b-1"]
-    assert store.list_artifacts("carol") == []
-    assert [r.id for r in store.list_artifacts("alice", limit=2)] == ["a-new", "a-mid"]
-    with pytest.raises(ValueError):
-        store.list_artifacts("alice", limit=0)
-
-
-def test_revoke_only_by_owner(store: SQLiteStore) -> None:
-    store.create_artifact(make_record("a1"))
-    assert store.revoke_artifact("a1", "bob") is False
-    assert store.get_artifact("a1") is not None
-    assert store.get_artifact("a1").revoked is False  # type: ignore[union-attr]
-    assert store.revoke_artifact("unknown", "alice") is False
-    assert store.revoke_artifact("a1", "alice") is True
-    assert store.get_artifact("a1") == dataclasses.replace(make_record("a1"), revoked=True)
-    assert store.revoke_artifact("a1", "alice") is True  # idempotent
-    assert store.list_artifacts("alice")[0].revoked is True
-
-
-def test_records_persist_across_reopen(tmp_path: Path) -> None:
-    s = open_store(tmp_path)
-    s.create_artifact(make_record("a1"))
-    s.put_json("session", "alice", "s1", {"n": 1})
-    s.revoke_artifact("a1", "alice")
+def test_open_store_picks_the_backend(tmp_path: Path) -> None:
+    s = open_store(tmp_path, "  ")
+    assert s.backend == "sqlite"
     s.close()
-    s.close()  # idempotent
-    s = open_store(tmp_path)
-    try:
-        assert s.get_artifact("a1") == make_record("a1", revoked=True)
-        assert s.get_json("session", "alice", "s1") == {"n": 1}
-    finally:
-        s.close()
+    for bad in ("mysql://x/y", "sqlite:///x", "/tmp/db"):
+        with pytest.raises(ConfigError) as info:
+            open_store(tmp_path, bad)
+        assert info.value.key == "database_url"
+
+
+def test_store_settings_from_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Until the config grows ``database_url``/``[database]``, the environment stands in."""
+
+    class Bare:
+        state_dir = tmp_path
+
+    monkeypatch.delenv("GATEWAY_DATABASE_URL", raising=False)
+    assert store_settings(Bare()).database_url == ""
+    monkeypatch.setenv("GATEWAY_DATABASE_URL", "postgresql://u:p@h/db")
+    got = store_settings(Bare())
+    assert (got.database_url, got.pool_size, got.connect_timeout) == (
+        "postgresql://u:p@h/db",
+        8,
+        5.0,
+    )
+
+    class Database:
+        pool_size = 3
+        connect_timeout_seconds = 1.5
+
+    class Full:
+        state_dir = tmp_path
+        database_url = ""
+        database = Database()
+
+    got = store_settings(Full())  # the config's own (empty) value wins over the environment
+    assert (got.database_url, got.pool_size, got.connect_timeout) == ("", 3, 1.5)
+    s = open_configured_store(Full())
+    assert s.backend == "sqlite"
+    s.close()
 
 
 # -- migrations ---------------------------------------------------------------------------
@@ -147,8 +104,9 @@ def test_migrations_are_idempotent(tmp_path: Path) -> None:
     for _ in range(3):
         s = open_store(tmp_path)
         try:
-            assert s.schema_version == len(MIGRATIONS)
+            assert s.schema_version() == EXPECTED_VERSION == len(MIGRATIONS)
             s.create_artifact(make_record(f"a{os.urandom(4).hex()}"))
+            assert s.migrate() == (EXPECTED_VERSION, EXPECTED_VERSION)
         finally:
             s.close()
     s = open_store(tmp_path)
@@ -156,26 +114,101 @@ def test_migrations_are_idempotent(tmp_path: Path) -> None:
         assert len(s.list_artifacts("alice")) == 3
     finally:
         s.close()
-
-
-def test_two_stores_open_the_same_file(tmp_path: Path) -> None:
-    one, two = open_store(tmp_path), open_store(tmp_path)
-    try:
-        one.create_artifact(make_record("a1"))
-        assert two.get_artifact("a1") == make_record("a1")
-    finally:
-        one.close()
-        two.close()
-
-
-def test_newer_schema_is_refused(tmp_path: Path) -> None:
-    open_store(tmp_path).close()
     conn = sqlite3.connect(tmp_path / DB_FILE_NAME)
-    conn.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
+    rows = conn.execute("SELECT version FROM schema_version ORDER BY version").fetchall()
+    assert [r[0] for r in rows] == list(range(1, EXPECTED_VERSION + 1))
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == EXPECTED_VERSION
     conn.close()
+
+
+def test_concurrent_openers_migrate_once(tmp_path: Path) -> None:
+    errors: list[BaseException] = []
+    start = threading.Barrier(6)
+
+    def work() -> None:
+        try:
+            start.wait()
+            open_store(tmp_path).close()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    conn = sqlite3.connect(tmp_path / DB_FILE_NAME)
+    assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == EXPECTED_VERSION
+    conn.close()
+
+
+def test_a_user_version_database_is_adopted_and_upgraded(tmp_path: Path) -> None:
+    """A file of the previous release: migration 1 applied, recorded in PRAGMA user_version,
+    no schema_version table, artifact rows without ctime."""
+    db = tmp_path / DB_FILE_NAME
+    conn = sqlite3.connect(db, isolation_level=None)
+    for statement in MIGRATIONS[0].sqlite.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute(
+        "INSERT INTO artifacts (id, owner, link_mode, path, filename, device, inode, size,"
+        " mtime_ns, created, expires, revoked, content_type) VALUES"
+        " ('old', 'alice', 'private', '/srv/a', 'a', '1', '2', 3, 4, 5.0, NULL, 0, 'text/plain')"
+    )
+    conn.close()
+    s = open_store(tmp_path)
+    try:
+        assert s.schema_version() == EXPECTED_VERSION
+        old = s.get_artifact("old")
+        assert old is not None and old.ctime_ns is None and old.size == 3
+        s.create_run(new_run())  # the newer tables are there
+    finally:
+        s.close()
+    conn = sqlite3.connect(db)
+    rows = conn.execute("SELECT version, description FROM schema_version").fetchall()
+    assert rows[0][0] == 1 and "user_version" in rows[0][1]
+    assert [r[0] for r in rows] == list(range(1, EXPECTED_VERSION + 1))
+    conn.close()
+
+
+@pytest.mark.parametrize("how", ["user_version", "schema_version"])
+def test_newer_schema_is_refused(tmp_path: Path, how: str) -> None:
+    if how == "user_version":  # a file of a newer release from before schema_version
+        conn = sqlite3.connect(tmp_path / DB_FILE_NAME)
+        conn.execute(f"PRAGMA user_version = {EXPECTED_VERSION + 1}")
+        conn.close()
+    else:
+        open_store(tmp_path).close()
+        conn = sqlite3.connect(tmp_path / DB_FILE_NAME, isolation_level=None)
+        conn.execute(
+            "INSERT INTO schema_version VALUES (?, 'from the future', 0)", (EXPECTED_VERSION + 1,)
+        )
+        conn.close()
     with pytest.raises(ConfigError) as info:
         open_store(tmp_path)
     assert info.value.key == "state_dir"
+    assert f"schema version {EXPECTED_VERSION + 1}" in info.value.message
+    s = open_store(tmp_path, migrate=False)  # `gateway db check` still reads it
+    try:
+        assert s.schema_version() == EXPECTED_VERSION + 1
+        assert not s.check().ok
+    finally:
+        s.close()
+
+
+def test_migrations_are_additive() -> None:
+    """Expand/contract: no migration drops, renames or retypes anything, and no added
+    column is NOT NULL without a default (an old instance could not insert)."""
+    forbidden = re.compile(r"\b(DROP|RENAME|ALTER\s+COLUMN|TRUNCATE|DELETE|UPDATE)\b", re.I)
+    for m in MIGRATIONS:
+        for script in (m.sqlite, m.postgres):
+            script = re.sub(r"\bON\s+(DELETE|UPDATE)\s+\w+", "", script, flags=re.I)
+            assert not forbidden.search(script), (m.version, forbidden.search(script))
+            for added in re.findall(r"ADD\s+COLUMN\s+([^;,]+)", script, re.I):
+                assert "NOT NULL" not in added.upper() or "DEFAULT" in added.upper(), added
+        assert m.sqlite.strip() and m.postgres.strip() and m.description
 
 
 def test_garbage_database_is_a_config_error(tmp_path: Path) -> None:
@@ -183,67 +216,6 @@ def test_garbage_database_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         open_store(tmp_path)
     assert str(tmp_path) not in info.value.message
-
-
-# -- JSON documents -----------------------------------------------------------------------
-
-
-def test_json_round_trip_scoped_by_owner(store: SQLiteStore) -> None:
-    store.put_json("session", "alice", "s1", {"messages": ["hi"], "n": 1})
-    assert store.get_json("session", "alice", "s1") == {"messages": ["hi"], "n": 1}
-    assert store.get_json("session", "bob", "s1") is None  # same key, other owner
-    assert store.get_json("response", "alice", "s1") is None  # same key, other kind
-    store.put_json("session", "bob", "s1", {"bob": True})
-    assert store.get_json("session", "alice", "s1") == {"messages": ["hi"], "n": 1}
-    assert store.delete_json("session", "bob", "nope") is False
-    assert store.delete_json("session", "alice", "s1") is True
-    assert store.get_json("session", "alice", "s1") is None
-    assert store.get_json("session", "bob", "s1") == {"bob": True}
-    with pytest.raises(TypeError):
-        store.put_json("session", "alice", "s2", ["not", "a", "dict"])  # type: ignore[arg-type]
-    with pytest.raises(ValueError):
-        store.put_json("session", "alice", "s2", {"x": float("nan")})
-
-
-def test_json_upsert_and_list_newest_first(store: SQLiteStore) -> None:
-    for key in ["k1", "k2", "k3"]:
-        store.put_json("run", "alice", key, {"key": key})
-    store.put_json("run", "bob", "k9", {"key": "k9"})
-    store.put_json("run", "alice", "k1", {"key": "k1", "v": 2})  # now the newest write
-    assert store.list_json("run", "alice") == [
-        ("k1", {"key": "k1", "v": 2}),
-        ("k3", {"key": "k3"}),
-        ("k2", {"key": "k2"}),
-    ]
-    assert [k for k, _ in store.list_json("run", "alice", limit=1)] == ["k1"]
-    assert store.list_json("run", "bob") == [("k9", {"key": "k9"})]
-    assert store.list_json("session", "alice") == []
-
-
-def test_json_expiry_and_purge(store: SQLiteStore) -> None:
-    store.put_json("run", "alice", "gone", {"x": 1}, expires=1.0)  # long past
-    store.put_json("run", "alice", "later", {"x": 2}, expires=4_000_000_000.0)
-    store.put_json("run", "alice", "forever", {"x": 3})
-    assert store.get_json("run", "alice", "gone") is None
-    assert store.get_json("run", "alice", "later") == {"x": 2}
-    assert [k for k, _ in store.list_json("run", "alice")] == ["forever", "later"]
-
-    assert store.purge_expired() == 1
-    assert store.purge_expired() == 0
-    assert store.purge_expired(now=4_000_000_000.0) == 1  # "later" expires at that instant
-    assert [k for k, _ in store.list_json("run", "alice")] == ["forever"]
-
-    # Re-putting an expired key revives it with the new expiry.
-    store.put_json("run", "alice", "forever", {"x": 4}, expires=1.0)
-    assert store.get_json("run", "alice", "forever") is None
-    store.put_json("run", "alice", "forever", {"x": 5})
-    assert store.get_json("run", "alice", "forever") == {"x": 5}
-
-
-def test_purge_keeps_artifacts(store: SQLiteStore) -> None:
-    store.create_artifact(make_record("a1", link_mode="public", expires=1.0))
-    assert store.purge_expired() == 0
-    assert store.get_artifact("a1") is not None  # an expired link still answers 410
 
 
 # -- health -------------------------------------------------------------------------------
@@ -260,8 +232,14 @@ def test_check_writable_false_when_another_writer_holds_the_lock(tmp_path: Path)
         with pytest.raises(StoreError) as info:
             s.put_json("k", "alice", "x", {})
         assert info.value.status == 503
+        assert str(tmp_path) not in info.value.message
+        with pytest.raises(StoreError):
+            s.update_json("k", "alice", "x", lambda d: {"n": 1})
+        check = s.check()
+        assert check.reachable and not check.writable and not check.ok
         other.execute("ROLLBACK")
         assert s.check_writable()
+        assert s.update_json("k", "alice", "x", lambda d: {"n": 1}) == {"n": 1}
     finally:
         other.close()
         s.close()
@@ -292,46 +270,7 @@ def test_check_writable_false_on_read_only_file(tmp_path: Path) -> None:
         s.close()
 
 
-def test_check_writable_false_after_close(tmp_path: Path) -> None:
-    s = open_store(tmp_path)
-    s.close()
-    assert s.check_writable() is False
-    with pytest.raises(StoreError):
-        s.get_artifact("a1")
-
-
-# -- threads ------------------------------------------------------------------------------
-
-
-def test_concurrent_use_from_eight_threads(store: SQLiteStore) -> None:
-    per_thread = 50
-    errors: list[BaseException] = []
-    start = threading.Barrier(8)
-
-    def work(n: int) -> None:
-        try:
-            start.wait()
-            owner = f"owner{n}"
-            for i in range(per_thread):
-                store.create_artifact(make_record(f"t{n}-{i}", owner=owner, created=float(i)))
-                store.put_json("run", owner, f"r{i}", {"i": i})
-                assert store.get_artifact(f"t{n}-{i}") is not None
-                assert store.check_writable()
-                if i % 10 == 0:
-                    store.list_artifacts(owner)
-                    store.revoke_artifact(f"t{n}-{i}", owner)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    for n in range(8):
-        owner = f"owner{n}"
-        recs = store.list_artifacts(owner, limit=1000)
-        assert sorted(r.id for r in recs) == sorted(f"t{n}-{i}" for i in range(per_thread))
-        assert sum(r.revoked for r in recs) == per_thread // 10
-        assert len(store.list_json("run", owner, limit=1000)) == per_thread
+def test_check_reports_the_file(store: SQLiteStore) -> None:
+    check = store.check()
+    assert check.ok and check.backend == "sqlite" and check.location == str(store.path)
+    assert check.latency_ms is not None and check.detail == ""

@@ -1,0 +1,255 @@
+"""Background upkeep of the shared state: run leases, retention, the signer's key cache.
+
+Leases
+------
+The instance running a run holds its lease: ``runs.holder`` = this instance's
+:func:`new_holder_id`, ``runs.lease_expires`` = now + ``runs.lease_seconds`` (15 s).
+:func:`keep_lease` renews it every ``lease_seconds / 3`` while the run goes on, so a
+live holder is always at least 2/3 of a lease ahead. Every instance runs
+:func:`lease_watcher`, which every ``interval`` (default ``lease_seconds / 3``) calls
+:meth:`~gateway.store.Store.interrupt_expired_runs`: an unfinished run whose lease
+expired gets exactly one terminal ``run.failed`` (``run_interrupted``) event and
+status ``interrupted``, and its followers are woken (:class:`~gateway.runbus.RunBus`).
+
+**Bound**: an instance SIGKILLed mid-run stops renewing; its runs end ``interrupted``
+within ``lease_seconds + interval`` (15 + 5 = 20 s by default) of its last renewal,
+as long as any instance is up (the first sweep runs when an instance starts, so a lone
+instance that crashed interrupts its own old runs when it comes back). Leases compare
+instance wall clocks: keep them in sync (NTP) to well under ``lease_seconds``.
+An instance that drains (SIGTERM) ends its own runs itself, at once, with
+``finish_run`` -- it does not wait for the lease.
+
+Retention
+---------
+:func:`retention_reaper` deletes, every ``retention.reaper_interval_seconds`` (60),
+run journals finished more than ``retention.runs_seconds`` (1 day) ago and expired
+documents (stored responses are written with ``expires = now +
+retention.responses_seconds``, 30 days). One instance at a time does it: the sweep
+runs under ``try_advisory_lock("reaper")`` (a PostgreSQL advisory lock; SQLite has one
+instance) and the others skip that round.
+
+Config keys (read with defaults until ``gateway.config`` has them): ``[runs]
+lease_seconds = 15``, ``[retention] runs_seconds = 86400, responses_seconds =
+2592000, reaper_interval_seconds = 60``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import trio
+
+from gateway.runbus import RunBus
+from gateway.signing import ACTIVE_KEY_MAX_AGE, Signer
+from gateway.store import Store, StoreError
+
+__all__ = [
+    "MaintenanceSettings",
+    "ReapResult",
+    "keep_lease",
+    "lease_watcher",
+    "new_holder_id",
+    "reap_once",
+    "retention_reaper",
+    "run_maintenance",
+    "signer_refresher",
+]
+
+log = logging.getLogger("gateway.reaper")
+
+
+def new_holder_id() -> str:
+    """This instance's lease-holder id: host, pid and a random part (unique per start)."""
+    host = socket.gethostname().split(".")[0][:40] or "host"
+    return f"{host}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceSettings:
+    lease_seconds: float = 15.0
+    runs_seconds: float = 86400.0
+    responses_seconds: float = 2592000.0
+    reaper_interval_seconds: float = 60.0
+
+    @property
+    def lease_interval(self) -> float:
+        """How often the lease watcher sweeps and :func:`keep_lease` renews."""
+        return self.lease_seconds / 3
+
+    @property
+    def interruption_bound(self) -> float:
+        """Longest time from a holder's last renewal to its runs' ``interrupted``."""
+        return self.lease_seconds + self.lease_interval
+
+    @classmethod
+    def from_config(cls, config: Any) -> MaintenanceSettings:
+        runs = getattr(config, "runs", None)
+        retention = getattr(config, "retention", None)
+        return cls(
+            lease_seconds=float(getattr(runs, "lease_seconds", 15.0)),
+            runs_seconds=float(getattr(retention, "runs_seconds", 86400.0)),
+            responses_seconds=float(getattr(retention, "responses_seconds", 2592000.0)),
+            reaper_interval_seconds=float(getattr(retention, "reaper_interval_seconds", 60.0)),
+        )
+
+
+async def lease_watcher(
+    store: Store,
+    bus: RunBus | None,
+    *,
+    interval: float,
+    clock: Callable[[], float] = time.time,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Interrupt runs whose lease expired, every ``interval`` s (first sweep at once)."""
+    task_status.started()
+    while True:
+        try:
+            ended = await trio.to_thread.run_sync(store.interrupt_expired_runs, clock())
+        except StoreError as exc:
+            log.warning("lease watcher: %s; trying again in %.0f s", exc.message, interval)
+        else:
+            for run in ended:
+                log.warning(
+                    "run %s interrupted: the instance holding it stopped renewing its lease",
+                    run.run_id,
+                )
+                if bus is not None:
+                    bus.published(run.run_id, run.seq)
+        await trio.sleep(interval)
+
+
+class ReapResult(NamedTuple):
+    runs: int
+    documents: int
+
+
+def reap_once(store: Store, now: float, runs_seconds: float) -> ReapResult | None:
+    """One retention sweep (blocking); None if another instance holds the reaper lock."""
+    with store.try_advisory_lock("reaper") as mine:
+        if not mine:
+            return None
+        return ReapResult(store.purge_runs(now - runs_seconds), store.purge_expired(now))
+
+
+async def retention_reaper(
+    store: Store,
+    *,
+    runs_seconds: float,
+    interval: float,
+    clock: Callable[[], float] = time.time,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """:func:`reap_once` every ``interval`` s (the first after one interval)."""
+    task_status.started()
+    while True:
+        await trio.sleep(interval)
+        try:
+            result = await trio.to_thread.run_sync(reap_once, store, clock(), runs_seconds)
+        except StoreError as exc:
+            log.warning("retention reaper: %s; trying again next round", exc.message)
+            continue
+        if result is not None and (result.runs or result.documents):
+            log.info(
+                "retention: deleted %d finished run journals and %d expired documents",
+                result.runs,
+                result.documents,
+            )
+
+
+async def signer_refresher(
+    signer: Signer,
+    *,
+    interval: float = ACTIVE_KEY_MAX_AGE,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Re-read the active signing key every ``interval`` s (links signed outside minting
+    -- listings, manifests -- use a key at most that old after a rotation)."""
+    task_status.started()
+    while True:
+        await trio.sleep(interval)
+        try:
+            await trio.to_thread.run_sync(lambda: signer.refresh(force=True))
+        except StoreError as exc:
+            log.warning("signing keys: %s; keeping the cached active key", exc.message)
+
+
+async def keep_lease(
+    store: Store,
+    run_id: str,
+    holder: str,
+    *,
+    lease_seconds: float,
+    on_lost: Callable[[], None],
+    on_stop: Callable[[], None] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> None:
+    """Renew the run's lease every ``lease_seconds / 3`` until cancelled (run it beside
+    the run, cancel it when the run is finished). If the lease is lost (another
+    instance interrupted the run) or cannot be renewed before it expires (database
+    unreachable), call ``on_lost()`` once -- e.g. cancel the run's scope, send nothing
+    more -- and return. With ``on_stop``, each renewal also checks whether a stop was
+    requested on some instance (the safety net under :meth:`RunBus.wait_stop`) and calls
+    it once; renewing goes on, so the run can still journal its ``run.cancelled``.
+    """
+    expires = clock() + lease_seconds
+    while True:
+        await trio.sleep(lease_seconds / 3)
+        until = clock() + lease_seconds
+        try:
+            held = await trio.to_thread.run_sync(store.renew_run_lease, run_id, holder, until)
+        except StoreError as exc:
+            if clock() < expires:
+                log.warning("run %s: cannot renew its lease yet (%s)", run_id, exc.message)
+                continue
+            held = False
+        if not held:
+            log.warning("run %s: lease lost; stopping it here", run_id)
+            on_lost()
+            return
+        expires = until
+        if on_stop is not None:
+            try:
+                stop = await trio.to_thread.run_sync(store.run_stop_requested, run_id)
+            except StoreError:
+                continue
+            if stop:
+                on_stop()
+                on_stop = None
+
+
+async def run_maintenance(
+    store: Store,
+    bus: RunBus | None,
+    signer: Signer | None,
+    settings: MaintenanceSettings,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Everything above in one task for the app's service nursery (until cancelled)."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(
+            lambda task_status: lease_watcher(
+                store, bus, interval=settings.lease_interval, task_status=task_status
+            )
+        )
+        await nursery.start(
+            lambda task_status: retention_reaper(
+                store,
+                runs_seconds=settings.runs_seconds,
+                interval=settings.reaper_interval_seconds,
+                task_status=task_status,
+            )
+        )
+        if signer is not None and signer.store_backed:
+            await nursery.start(
+                lambda task_status: signer_refresher(signer, task_status=task_status)
+            )
+        task_status.started()

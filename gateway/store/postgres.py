@@ -1,0 +1,885 @@
+"""The shared store: PostgreSQL, for several gateway instances behind a load balancer.
+
+psycopg 3's async API is asyncio-only, so this backend is synchronous: a
+``psycopg_pool.ConnectionPool`` (``pool_size`` connections at most, each checkout
+waiting at most ``connect_timeout`` seconds) used from worker threads, like the SQLite
+store. Connections run in autocommit; every read-modify-write is one explicit
+transaction whose first statement locks the row it changes (``SELECT ... FOR
+UPDATE``), so concurrent instances serialize on it:
+
+* :meth:`PostgresStore.update_json` -- the row, or on a first write an
+  ``INSERT ... ON CONFLICT DO NOTHING`` race that the loser retries with the row lock;
+* the run journal -- the ``runs`` row: appends, finish and interruption check the
+  holder and ``finished_at`` under the lock, so a run gets exactly one terminal event
+  (the hot path, ``append_run_events``, does lock, insert, ``last_seq`` and NOTIFY in
+  one statement: one round trip per upstream read);
+  :meth:`~PostgresStore.interrupt_expired_runs` uses ``FOR UPDATE SKIP LOCKED`` (two
+  instances sweeping at once split the expired runs between them);
+* rotation -- ``LOCK TABLE signing_keys`` (one active key, always).
+
+Appends and interruptions send ``NOTIFY gateway_runs, '<run_id>:<seq>'`` in the same
+transaction (delivered at commit, never for a rolled-back append).
+:meth:`~PostgresStore.open_notifications` opens a dedicated connection outside the pool
+for ``LISTEN`` (see :mod:`gateway.runbus`).
+
+Errors: every psycopg/pool failure becomes :class:`StoreError` with a message made
+from the SQLSTATE class, never psycopg's text (it can name a socket path or host).
+psycopg is imported lazily: the SQLite-only install does not need it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
+
+from gateway.errors import ConfigError
+from gateway.store import base
+from gateway.store.base import (
+    RUNS_CHANNEL,
+    ArtifactRecord,
+    InterruptedRun,
+    LeaseLost,
+    Notification,
+    NotificationSource,
+    RunRecord,
+    SigningKey,
+    Store,
+    StoreCheck,
+    StoreError,
+)
+from gateway.store.migrations import (
+    EXPECTED_VERSION,
+    MIGRATIONS,
+    SCHEMA_VERSION_POSTGRES,
+    newer_message,
+    older_message,
+)
+from gateway.store.sqlite import artifact_from_row, artifact_params, run_from_row
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+__all__ = ["PostgresStore", "redact_url"]
+
+_T = TypeVar("_T")
+
+_ARTIFACT_COLUMNS = (
+    "id, owner, link_mode, path, filename, device, inode, size, mtime_ns,"
+    " created, expires, revoked, content_type, ctime_ns"
+)
+_RUN_COLUMNS = (
+    "id, owner, kind, model, link_mode, status, created, finished_at, summary,"
+    " holder, lease_expires, last_seq, stop_requested"
+)
+_MIGRATION_LOCK = base.advisory_key("migrations")
+
+
+def redact_url(url: str) -> str:
+    """``host:port/dbname`` of a ``postgresql://`` URL: no user, no password."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or "localhost"
+        port = parts.port or 5432
+    except ValueError:
+        return "postgresql (unparsable URL)"
+    return f"{host}:{port}{parts.path or '/'}"
+
+
+_CONNECT_FAILURES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (
+        ("password authentication failed", "no pg_hba.conf entry", "authentication failed"),
+        "the database refused the credentials",
+    ),
+    (('role "',), "the database role does not exist"),
+    (("does not exist",), "the database does not exist"),
+    (
+        ("too many clients", "remaining connection slots"),
+        "the database has no connection slot left (max_connections)",
+    ),
+    (
+        ("starting up", "shutting down", "in recovery mode"),
+        "the database is not accepting connections yet",
+    ),
+)
+
+
+def describe_error(exc: BaseException) -> str:
+    """One safe sentence about a psycopg/pool failure (no path, host or password)."""
+    name = type(exc).__name__
+    if name == "PoolTimeout":
+        return "no database connection became available in time"
+    if name == "PoolClosed":
+        return "the store is closed"
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    if not sqlstate and name == "OperationalError":
+        # libpq's connection errors carry no SQLSTATE: classify the text, never echo it
+        text = str(exc).lower()
+        for needles, says in _CONNECT_FAILURES:
+            if any(n in text for n in needles):
+                return says
+        return "cannot reach the database"
+    if sqlstate.startswith("08"):
+        return "cannot reach the database"
+    if sqlstate.startswith("28"):
+        return "the database refused the credentials"
+    if sqlstate == "3D000":
+        return "the database does not exist"
+    if sqlstate.startswith("57"):
+        return "the database is shutting down or cancelled the statement"
+    if sqlstate.startswith("53"):
+        return "the database is out of resources (connections, disk or memory)"
+    if sqlstate == "42501":
+        return "the database role lacks a privilege"
+    if sqlstate.startswith("42"):
+        return "the database schema does not match (run `gateway db check`)"
+    return f"the database failed ({name}{' ' + sqlstate if sqlstate else ''})"
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError as exc:
+        raise ConfigError(
+            "database_url",
+            "a postgresql:// database needs psycopg: pip install 'artifact-gateway[postgres]'",
+        ) from exc
+    return psycopg, psycopg_pool
+
+
+class PostgresStore(Store):
+    """:class:`~gateway.store.base.Store` on PostgreSQL; safe to call from many threads."""
+
+    backend = "postgresql"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 8,
+        connect_timeout: float = 5.0,
+        migrate: bool | None = None,
+    ) -> None:
+        """Connect (the pool opens ``1..pool_size`` connections). ``migrate``: None checks
+        the schema (older or newer: ConfigError naming ``gateway db upgrade``); True applies
+        missing migrations; False opens as is."""
+        pg, pg_pool = _psycopg()
+        if pool_size < 1:
+            raise ValueError("pool_size is at least 1")
+        self._psycopg = pg
+        self._url = url
+        self.location = redact_url(url)
+        self._timeout = float(connect_timeout)
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = pg_pool.ConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            timeout=self._timeout,
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": max(1, round(self._timeout)),
+                "application_name": "artifact-gateway",
+            },
+            open=False,
+            name="gateway-store",
+            reconnect_timeout=0,
+        )
+        try:
+            self._pool.open(wait=True, timeout=self._timeout)
+        except Exception as exc:
+            self._pool.close(timeout=0)
+            why = self._why_no_connection(exc)
+            raise ConfigError("database_url", f"{why} ({self.location})") from None
+        try:
+            if migrate is True:
+                self.migrate()
+            elif migrate is None:
+                version = self.schema_version()
+                if version > EXPECTED_VERSION:
+                    raise ConfigError("database_url", newer_message(version, "the database"))
+                if version < EXPECTED_VERSION:
+                    raise ConfigError("database_url", older_message(version))
+        except StoreError as exc:
+            self.close()
+            raise ConfigError("database_url", f"{exc.message} ({self.location})") from None
+        except BaseException:
+            self.close()
+            raise
+
+    def _why_no_connection(self, exc: Exception) -> str:
+        """The pool only says it timed out: one direct attempt tells why."""
+        try:
+            conn = self._psycopg.connect(self._url, connect_timeout=max(1, round(self._timeout)))
+        except self._psycopg.Error as direct:
+            return describe_error(direct)
+        conn.close()
+        return describe_error(exc)
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _run(self, fn: Callable[[psycopg.Connection[Any]], _T], *, tx: bool = False) -> _T:
+        """``fn(conn)`` on a pooled connection (in one transaction if ``tx``)."""
+        pg = self._psycopg
+        try:
+            with self._pool.connection(timeout=self._timeout) as conn:
+                if not tx:
+                    return fn(conn)
+                with conn.transaction():
+                    return fn(conn)
+        except pg.errors.UniqueViolation as exc:
+            raise _Duplicate() from exc
+        except pg.Error as exc:  # the pool's errors (PoolTimeout, PoolClosed) too
+            raise StoreError(describe_error(exc)) from exc
+
+    # -- migrations ------------------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        def read(c: psycopg.Connection[Any]) -> int:
+            exists = c.execute("SELECT to_regclass('schema_version') IS NOT NULL").fetchone()
+            if not exists or not exists[0]:
+                return 0
+            row = c.execute("SELECT MAX(version) FROM schema_version").fetchone()
+            return int(row[0] or 0) if row else 0
+
+        return self._run(read)
+
+    def migrate(self) -> tuple[int, int]:
+        """Apply missing migrations, each in its own transaction under the advisory lock."""
+        before: int | None = None
+        for m in MIGRATIONS:
+
+            def step(c: psycopg.Connection[Any], m: Any = m) -> int:
+                c.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                c.execute(SCHEMA_VERSION_POSTGRES)
+                row = c.execute("SELECT MAX(version) FROM schema_version").fetchone()
+                current = int(row[0] or 0) if row else 0
+                if current > EXPECTED_VERSION:
+                    raise ConfigError("database_url", newer_message(current, "the database"))
+                if current < m.version:
+                    c.execute(m.postgres)
+                    c.execute(
+                        "INSERT INTO schema_version (version, description, applied_at)"
+                        " VALUES (%s, %s, %s)",
+                        (m.version, m.description, time.time()),
+                    )
+                return current
+
+            current = self._run(step, tx=True)
+            if before is None:
+                before = current
+        return (before or 0), self.schema_version()
+
+    # -- artifacts -------------------------------------------------------------------------
+
+    def create_artifact(self, rec: ArtifactRecord) -> None:
+        base.check_artifact(rec)
+        params = artifact_params(rec)
+        try:
+            self._run(
+                lambda c: c.execute(
+                    f"INSERT INTO artifacts ({_ARTIFACT_COLUMNS}) VALUES"
+                    " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    params,
+                )
+            )
+        except _Duplicate:
+            raise ValueError("an artifact with this id already exists") from None
+
+    def get_artifact(self, artifact_id: str) -> ArtifactRecord | None:
+        row = self._run(
+            lambda c: c.execute(
+                f"SELECT {_ARTIFACT_COLUMNS} FROM artifacts WHERE id = %s", (artifact_id,)
+            ).fetchone()
+        )
+        return None if row is None else artifact_from_row(row)
+
+    def list_artifacts(self, owner: str, *, limit: int = 100) -> list[ArtifactRecord]:
+        base.check_limit(limit)
+        rows = self._run(
+            lambda c: c.execute(
+                f"SELECT {_ARTIFACT_COLUMNS} FROM artifacts WHERE owner = %s"
+                " ORDER BY created DESC, n DESC LIMIT %s",
+                (owner, limit),
+            ).fetchall()
+        )
+        return [artifact_from_row(row) for row in rows]
+
+    def revoke_artifact(self, artifact_id: str, owner: str) -> bool:
+        count = self._run(
+            lambda c: (
+                c.execute(
+                    "UPDATE artifacts SET revoked = TRUE WHERE id = %s AND owner = %s",
+                    (artifact_id, owner),
+                ).rowcount
+            )
+        )
+        return count == 1
+
+    # -- documents -------------------------------------------------------------------------
+
+    _UPSERT = (
+        "INSERT INTO documents (kind, owner, key, value, created, updated, expires)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s)"
+        " ON CONFLICT (kind, owner, key) DO UPDATE SET"
+        " value = excluded.value, updated = excluded.updated, expires = excluded.expires"
+    )
+
+    def put_json(
+        self,
+        kind: str,
+        owner: str,
+        key: str,
+        value: dict[str, Any],
+        *,
+        expires: float | None = None,
+    ) -> None:
+        text = base.dump_doc(value)
+        now = time.time()
+        self._run(lambda c: c.execute(self._UPSERT, (kind, owner, key, text, now, now, expires)))
+
+    def get_json(self, kind: str, owner: str, key: str) -> dict[str, Any] | None:
+        now = time.time()
+        row = self._run(
+            lambda c: c.execute(
+                "SELECT value FROM documents WHERE kind = %s AND owner = %s AND key = %s"
+                " AND (expires IS NULL OR expires > %s)",
+                (kind, owner, key, now),
+            ).fetchone()
+        )
+        return None if row is None else base.load_doc(row[0])
+
+    def update_json(
+        self,
+        kind: str,
+        owner: str,
+        key: str,
+        fn: Callable[[dict[str, Any] | None], dict[str, Any] | None],
+        *,
+        expires: float | None = None,
+    ) -> dict[str, Any] | None:
+        def tx(c: psycopg.Connection[Any]) -> tuple[bool, dict[str, Any] | None]:
+            now = time.time()
+            row = c.execute(
+                "SELECT value, expires FROM documents"
+                " WHERE kind = %s AND owner = %s AND key = %s FOR UPDATE",
+                (kind, owner, key),
+            ).fetchone()
+            live = row is not None and (row[1] is None or row[1] > now)
+            current = base.load_doc(row[0]) if row is not None and live else None
+            new = fn(current)
+            if new is None:
+                return True, current
+            text = base.dump_doc(new)
+            if row is not None:
+                c.execute(
+                    "UPDATE documents SET value = %s, updated = %s, expires = %s"
+                    " WHERE kind = %s AND owner = %s AND key = %s",
+                    (text, now, expires, kind, owner, key),
+                )
+                return True, new
+            inserted = c.execute(
+                "INSERT INTO documents (kind, owner, key, value, created, updated, expires)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (kind, owner, key, text, now, now, expires),
+            ).rowcount
+            return inserted == 1, new  # 0: a concurrent first write won; retry under its lock
+
+        while True:
+            done, doc = self._run(tx, tx=True)
+            if done:
+                return doc
+
+    def list_json(
+        self, kind: str, owner: str, *, limit: int = 100
+    ) -> list[tuple[str, dict[str, Any]]]:
+        base.check_limit(limit)
+        now = time.time()
+        rows = self._run(
+            lambda c: c.execute(
+                "SELECT key, value FROM documents WHERE kind = %s AND owner = %s"
+                " AND (expires IS NULL OR expires > %s)"
+                " ORDER BY updated DESC, n DESC LIMIT %s",
+                (kind, owner, now, limit),
+            ).fetchall()
+        )
+        return [(key, base.load_doc(text)) for key, text in rows]
+
+    def delete_json(self, kind: str, owner: str, key: str) -> bool:
+        count = self._run(
+            lambda c: (
+                c.execute(
+                    "DELETE FROM documents WHERE kind = %s AND owner = %s AND key = %s",
+                    (kind, owner, key),
+                ).rowcount
+            )
+        )
+        return count == 1
+
+    def purge_expired(self, now: float | None = None) -> int:
+        at = time.time() if now is None else now
+        return self._run(
+            lambda c: (
+                c.execute(
+                    "DELETE FROM documents WHERE expires IS NOT NULL AND expires <= %s", (at,)
+                ).rowcount
+            )
+        )
+
+    # -- signing keys ----------------------------------------------------------------------
+
+    def init_signing(self, keys: Sequence[SigningKey], principal_salt: bytes) -> bool:
+        base.check_signing_seed(keys, principal_salt)
+
+        def tx(c: psycopg.Connection[Any]) -> bool:
+            c.execute("LOCK TABLE signing_keys IN SHARE ROW EXCLUSIVE MODE")
+            had = (
+                c.execute("SELECT 1 FROM signing_keys LIMIT 1").fetchone()
+                or c.execute("SELECT 1 FROM settings WHERE name = 'principal_salt'").fetchone()
+            )
+            if had:
+                return False
+            c.execute(
+                "INSERT INTO settings (name, value) VALUES ('principal_salt', %s)",
+                (base.b64e(principal_salt),),
+            )
+            with c.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO signing_keys (kid, secret, created, active)"
+                    " VALUES (%s, %s, %s, %s)",
+                    [(k.kid, base.b64e(k.secret), k.created, k.active) for k in keys],
+                )
+            return True
+
+        return self._run(tx, tx=True)
+
+    def principal_salt(self) -> bytes | None:
+        row = self._run(
+            lambda c: c.execute(
+                "SELECT value FROM settings WHERE name = 'principal_salt'"
+            ).fetchone()
+        )
+        return None if row is None else base.b64d(row[0])
+
+    def list_signing_keys(self) -> list[SigningKey]:
+        rows = self._run(
+            lambda c: c.execute(
+                "SELECT kid, secret, created, active FROM signing_keys ORDER BY n"
+            ).fetchall()
+        )
+        return [SigningKey(r[0], base.b64d(r[1]), int(r[2]), bool(r[3])) for r in rows]
+
+    def get_signing_key(self, kid: str) -> bytes | None:
+        row = self._run(
+            lambda c: c.execute("SELECT secret FROM signing_keys WHERE kid = %s", (kid,)).fetchone()
+        )
+        return None if row is None else base.b64d(row[0])
+
+    def active_signing_key(self) -> SigningKey | None:
+        row = self._run(
+            lambda c: c.execute(
+                "SELECT kid, secret, created FROM signing_keys WHERE active"
+            ).fetchone()
+        )
+        return None if row is None else SigningKey(row[0], base.b64d(row[1]), int(row[2]), True)
+
+    def add_signing_key(self, key: SigningKey) -> None:
+        def tx(c: psycopg.Connection[Any]) -> None:
+            c.execute("LOCK TABLE signing_keys IN SHARE ROW EXCLUSIVE MODE")
+            if c.execute("SELECT 1 FROM signing_keys WHERE kid = %s", (key.kid,)).fetchone():
+                raise ValueError("a key with this kid exists")
+            c.execute("UPDATE signing_keys SET active = FALSE WHERE active")
+            c.execute(
+                "INSERT INTO signing_keys (kid, secret, created, active) VALUES (%s, %s, %s, TRUE)",
+                (key.kid, base.b64e(key.secret), key.created),
+            )
+
+        self._run(tx, tx=True)
+
+    def retire_signing_key(self, kid: str) -> None:
+        def tx(c: psycopg.Connection[Any]) -> None:
+            c.execute("LOCK TABLE signing_keys IN SHARE ROW EXCLUSIVE MODE")
+            row = c.execute("SELECT active FROM signing_keys WHERE kid = %s", (kid,)).fetchone()
+            if row is None:
+                raise ValueError("unknown kid")
+            if row[0]:
+                raise ValueError("cannot retire the active key; rotate first")
+            c.execute("DELETE FROM signing_keys WHERE kid = %s", (kid,))
+
+        self._run(tx, tx=True)
+
+    # -- run journal -----------------------------------------------------------------------
+
+    def create_run(self, rec: RunRecord) -> None:
+        base.check_run(rec)
+        params = (
+            rec.id,
+            rec.owner,
+            rec.kind,
+            rec.model,
+            rec.link_mode,
+            rec.status,
+            rec.created,
+            rec.finished_at,
+            base.dump_doc(rec.summary),
+            rec.holder,
+            rec.lease_expires,
+            0,
+            rec.stop_requested,
+        )
+        try:
+            self._run(
+                lambda c: c.execute(
+                    f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES"
+                    " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    params,
+                )
+            )
+        except _Duplicate:
+            raise ValueError("a run with this id already exists") from None
+
+    def get_run(self, run_id: str, owner: str) -> RunRecord | None:
+        row = self._run(
+            lambda c: c.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = %s AND owner = %s", (run_id, owner)
+            ).fetchone()
+        )
+        return None if row is None else run_from_row(row)
+
+    @staticmethod
+    def _held(c: psycopg.Connection[Any], run_id: str, holder: str) -> int:
+        """Lock the run row; its ``last_seq`` if ``holder`` holds it unfinished, else LeaseLost."""
+        row = c.execute(
+            "SELECT last_seq FROM runs WHERE id = %s AND holder = %s AND finished_at IS NULL"
+            " FOR UPDATE",
+            (run_id, holder),
+        ).fetchone()
+        if row is None:
+            raise LeaseLost("This instance no longer holds the run's lease.")
+        return int(row[0])
+
+    @staticmethod
+    def _insert_events(
+        c: psycopg.Connection[Any], run_id: str, encoded: list[tuple[int, str]], now: float
+    ) -> None:
+        if len(encoded) == 1:
+            seq, text = encoded[0]
+            c.execute(
+                "INSERT INTO run_events (run_id, seq, event, created) VALUES (%s, %s, %s, %s)",
+                (run_id, seq, text, now),
+            )
+            return
+        with c.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO run_events (run_id, seq, event, created) VALUES (%s, %s, %s, %s)",
+                [(run_id, seq, text, now) for seq, text in encoded],
+            )
+
+    @staticmethod
+    def _notify(c: psycopg.Connection[Any], run_id: str, seq: int) -> None:
+        c.execute("SELECT pg_notify(%s, %s)", (RUNS_CHANNEL, f"{run_id}:{seq}"))
+
+    def update_run(
+        self,
+        run_id: str,
+        holder: str,
+        *,
+        status: str | None = None,
+        summary: dict[str, Any] | None = None,
+    ) -> None:
+        base.check_update_status(status)
+        text = None if summary is None else base.dump_doc(summary)
+
+        def tx(c: psycopg.Connection[Any]) -> None:
+            self._held(c, run_id, holder)
+            c.execute(
+                "UPDATE runs SET status = COALESCE(%s, status), summary = COALESCE(%s, summary)"
+                " WHERE id = %s",
+                (status, text, run_id),
+            )
+
+        self._run(tx, tx=True)
+
+    #: the hot path (one call per upstream read): lock the run row if this holder holds
+    #: it unfinished, insert the events if they follow ``last_seq``, move ``last_seq``
+    #: and NOTIFY -- one statement, one round trip, one transaction (autocommit)
+    _APPEND = """
+        WITH run AS (
+            SELECT last_seq FROM runs
+            WHERE id = %(id)s AND holder = %(holder)s AND finished_at IS NULL
+            FOR UPDATE
+        ), ok AS (
+            SELECT last_seq FROM run WHERE last_seq + 1 = %(first)s
+        ), ins AS (
+            INSERT INTO run_events (run_id, seq, event, created)
+            SELECT %(id)s, e.seq, e.event, %(now)s
+            FROM ok, unnest(%(seqs)s::bigint[], %(events)s::text[]) AS e (seq, event)
+        ), upd AS (
+            UPDATE runs SET last_seq = %(last)s
+            WHERE id = %(id)s AND EXISTS (SELECT 1 FROM ok)
+            RETURNING pg_notify(%(channel)s, %(payload)s)
+        )
+        SELECT run.last_seq, (SELECT count(*) FROM upd) FROM run
+    """
+
+    def append_run_events(self, run_id: str, events: Sequence[dict[str, Any]], holder: str) -> None:
+        first = events[0].get("seq") if events and isinstance(events[0], dict) else None
+        if not events or isinstance(first, bool) or not isinstance(first, int) or first < 1:
+            if events:
+                base.encode_events(events, 0)  # raises the precise ValueError/TypeError
+            held = self._run(
+                lambda c: c.execute(
+                    "SELECT 1 FROM runs WHERE id = %s AND holder = %s AND finished_at IS NULL",
+                    (run_id, holder),
+                ).fetchone()
+            )
+            if held is None:
+                raise LeaseLost("This instance no longer holds the run's lease.")
+            return
+        encoded = base.encode_events(events, first - 1)
+        last = encoded[-1][0]
+        params = {
+            "id": run_id,
+            "holder": holder,
+            "first": first,
+            "now": time.time(),
+            "seqs": [seq for seq, _ in encoded],
+            "events": [text for _, text in encoded],
+            "last": last,
+            "channel": RUNS_CHANNEL,
+            "payload": f"{run_id}:{last}",
+        }
+        row = self._run(lambda c: c.execute(self._APPEND, params).fetchone())
+        if row is None:
+            raise LeaseLost("This instance no longer holds the run's lease.")
+        if not row[1]:
+            raise ValueError(f"run event seq {first} does not follow {row[0]}")
+
+    def read_run_events(
+        self, run_id: str, after_seq: int, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        base.check_limit(limit)
+        rows = self._run(
+            lambda c: c.execute(
+                "SELECT event FROM run_events WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+                (run_id, after_seq, limit),
+            ).fetchall()
+        )
+        return [base.load_doc(r[0]) for r in rows]
+
+    def finish_run(
+        self,
+        run_id: str,
+        status: str,
+        summary: dict[str, Any],
+        holder: str,
+        events: Sequence[dict[str, Any]] = (),
+    ) -> None:
+        base.check_finish_status(status)
+        text = base.dump_doc(summary)
+
+        def tx(c: psycopg.Connection[Any]) -> None:
+            last = self._held(c, run_id, holder)
+            encoded = base.encode_events(events, last)
+            now = time.time()
+            if encoded:
+                self._insert_events(c, run_id, encoded, now)
+            seq = encoded[-1][0] if encoded else last
+            c.execute(
+                "UPDATE runs SET status = %s, summary = %s, finished_at = %s, holder = NULL,"
+                " lease_expires = NULL, last_seq = %s WHERE id = %s",
+                (status, text, now, seq, run_id),
+            )
+            self._notify(c, run_id, seq)
+
+        self._run(tx, tx=True)
+
+    def renew_run_lease(self, run_id: str, holder: str, until: float) -> bool:
+        count = self._run(
+            lambda c: (
+                c.execute(
+                    "UPDATE runs SET lease_expires = %s"
+                    " WHERE id = %s AND holder = %s AND finished_at IS NULL",
+                    (until, run_id, holder),
+                ).rowcount
+            )
+        )
+        return count == 1
+
+    def request_run_stop(self, run_id: str, owner: str) -> bool:
+        def tx(c: psycopg.Connection[Any]) -> bool:
+            count = c.execute(
+                "UPDATE runs SET stop_requested = COALESCE(stop_requested, %s)"
+                " WHERE id = %s AND owner = %s AND finished_at IS NULL",
+                (time.time(), run_id, owner),
+            ).rowcount
+            if count == 1:
+                c.execute("SELECT pg_notify(%s, %s)", (RUNS_CHANNEL, f"{run_id}:stop"))
+            return count == 1
+
+        return self._run(tx, tx=True)
+
+    def run_stop_requested(self, run_id: str) -> bool:
+        row = self._run(
+            lambda c: c.execute(
+                "SELECT stop_requested IS NOT NULL FROM runs WHERE id = %s", (run_id,)
+            ).fetchone()
+        )
+        return bool(row and row[0])
+
+    def interrupt_expired_runs(self, now: float) -> list[InterruptedRun]:
+        def tx(c: psycopg.Connection[Any]) -> list[InterruptedRun]:
+            rows = c.execute(
+                "SELECT id, owner, last_seq FROM runs"
+                " WHERE finished_at IS NULL AND lease_expires IS NOT NULL AND lease_expires < %s"
+                " ORDER BY lease_expires LIMIT 500 FOR UPDATE SKIP LOCKED",
+                (now,),
+            ).fetchall()
+            done: list[InterruptedRun] = []
+            for run_id, owner, last in rows:
+                seq = int(last) + 1
+                event = base.interrupted_event(run_id, seq)
+                self._insert_events(c, run_id, [(seq, base.dump_doc(event))], now)
+                c.execute(
+                    "UPDATE runs SET status = 'interrupted', finished_at = %s, holder = NULL,"
+                    " lease_expires = NULL, last_seq = %s WHERE id = %s",
+                    (now, seq, run_id),
+                )
+                self._notify(c, run_id, seq)
+                done.append(InterruptedRun(run_id, owner, seq))
+            return done
+
+        return self._run(tx, tx=True)
+
+    def purge_runs(self, finished_before: float) -> int:
+        return self._run(
+            lambda c: (
+                c.execute(
+                    "DELETE FROM runs WHERE finished_at IS NOT NULL AND finished_at < %s",
+                    (finished_before,),
+                ).rowcount
+            )
+        )
+
+    # -- coordination ----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _advisory(self, name: str) -> Iterator[bool]:
+        key = base.advisory_key(name)
+        pg = self._psycopg
+        try:
+            with self._pool.connection(timeout=self._timeout) as conn:
+                row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+                mine = bool(row and row[0])
+                try:
+                    yield mine
+                finally:
+                    if mine:
+                        with contextlib.suppress(pg.Error):
+                            conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        except pg.Error as exc:
+            raise StoreError(describe_error(exc)) from exc
+
+    def try_advisory_lock(self, name: str) -> contextlib.AbstractContextManager[bool]:
+        return self._advisory(name)
+
+    def open_notifications(self, channels: Sequence[str]) -> NotificationSource | None:
+        return _Listener(self._psycopg, self._url, channels, self._timeout)
+
+    # -- health, lifetime ------------------------------------------------------------------
+
+    def check_writable(self) -> bool:
+        try:
+            self._run(
+                lambda c: c.execute(
+                    "INSERT INTO heartbeat (id, at) VALUES (1, %s)"
+                    " ON CONFLICT (id) DO UPDATE SET at = excluded.at",
+                    (time.time(),),
+                )
+            )
+        except StoreError:
+            return False
+        return True
+
+    def check(self) -> StoreCheck:
+        t0 = time.perf_counter()
+        try:
+            version: int | None = self.schema_version()
+            reachable, detail = True, ""
+        except StoreError as exc:
+            version, reachable, detail = None, False, exc.message
+        latency = (time.perf_counter() - t0) * 1000 if reachable else None
+        writable = reachable and self.check_writable()
+        if reachable and not writable:
+            detail = "the database accepts connections but refuses the test write"
+        return StoreCheck(
+            "postgresql",
+            self.location,
+            version,
+            EXPECTED_VERSION,
+            reachable,
+            writable,
+            latency,
+            detail,
+        )
+
+    def close(self) -> None:
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._pool.close(timeout=self._timeout)
+
+
+class _Duplicate(Exception):
+    """A unique violation (translated by the callers that expect one)."""
+
+
+class _Listener:
+    """One dedicated autocommit connection that LISTENs; used by one thread only."""
+
+    def __init__(self, pg: Any, url: str, channels: Sequence[str], timeout: float) -> None:
+        self._psycopg = pg
+        self._url = url
+        self._channels = tuple(channels)
+        self._timeout = timeout
+        self._conn: Any = None
+
+    def _connect(self) -> Any:
+        conn = self._psycopg.connect(
+            self._url,
+            autocommit=True,
+            connect_timeout=max(1, round(self._timeout)),
+            application_name="artifact-gateway-listen",
+        )
+        for channel in self._channels:
+            conn.execute(f'LISTEN "{channel}"')
+        return conn
+
+    def wait(self, timeout: float) -> list[Notification]:
+        pg = self._psycopg
+        try:
+            if self._conn is None:
+                self._conn = self._connect()
+            got = [
+                Notification(n.channel, n.payload)
+                for n in self._conn.notifies(timeout=timeout, stop_after=1)
+            ]
+            if not got and self._conn.closed:
+                raise pg.OperationalError("the listening connection closed")
+            return got
+        except pg.Error as exc:
+            self.close()
+            raise StoreError(describe_error(exc)) from exc
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
