@@ -106,7 +106,7 @@ class ArtifactService:
             for m in config.artifacts.mounts
         )
         self.allow_hard_links = (
-            bool(getattr(config.artifacts, "allow_hard_links", False))
+            config.artifacts.allow_hard_links
             if allow_hard_links is None
             else allow_hard_links
         )
