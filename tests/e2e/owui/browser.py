@@ -148,6 +148,7 @@ class ChatPage:
             lambda m: self.console_errors.append(m.text) if m.type == "error" else None,
         )
         self._shots = 0
+        self._answers_before = 0
 
     def screenshot(self, label: str, page: Page | None = None) -> Path:
         self._shots += 1
@@ -185,17 +186,25 @@ class ChatPage:
         ), f"model {model!r} not selected: {label!r}"
 
     def send(self, text: str) -> None:
+        self._answers_before = self._assistant_messages().count()
         box = self.page.locator("#chat-input")
         box.click()
         self.page.keyboard.type(text)
         self.page.keyboard.press("Enter")
 
+    def _assistant_messages(self) -> Any:
+        return self.page.locator("div[id^='message-']:has(.chat-assistant)")
+
     def _last_assistant(self) -> Any:
-        return self.page.locator("div[id^='message-']:has(.chat-assistant)").last
+        return self._assistant_messages().last
 
     def wait_answer(self, timeout_ms: int = ANSWER_TIMEOUT_MS) -> Answer:
-        """Until the last assistant message is done (its action buttons appear)."""
-        self.page.wait_for_selector(".chat-assistant", timeout=timeout_ms)
+        """Until the answer to the last :meth:`send` is done (its action buttons appear)."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        while self._assistant_messages().count() <= self._answers_before:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no new answer within {timeout_ms} ms")
+            self.page.wait_for_timeout(100)
         message = self._last_assistant()
         message.locator(".copy-response-button").wait_for(state="attached", timeout=timeout_ms)
         return self.read_answer()
@@ -282,12 +291,3 @@ class ChatPage:
             self.context.remove_listener("response", on_response)
             self.context.remove_listener("page", on_page)
             self.page.remove_listener("download", on_download)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()

@@ -128,8 +128,13 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if shots is None:
         return
     lines = [f"screenshots and Open WebUI log: {shots}"]
-    if handle is not None and handle.owui.ready_seconds is not None:
-        lines.append(f"Open WebUI answered /health {handle.owui.ready_seconds:.1f} s after launch")
+    owui = handle.owui if handle is not None else None
+    if owui is not None and owui.ready_seconds is not None:
+        waited = owui.waited_seconds or 0.0
+        lines.append(
+            f"Open WebUI answered /health {owui.ready_seconds:.1f} s after launch; "
+            f"the tests waited {waited:.1f} s for it"
+        )
     terminalreporter.write_sep("-", "openwebui")
     for line in lines:
         terminalreporter.write_line(line)

@@ -30,6 +30,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -121,8 +122,13 @@ class OpenWebUI:
     admin: OwuiUser | None = None
     user: OwuiUser | None = None
     started_at: float = 0.0
+    #: launch -> first 200 from /health (measured by a watcher thread, so it is the
+    #: real startup time even when nobody waited for it)
     ready_seconds: float | None = None
+    #: how long the session actually blocked in :meth:`wait_ready`
+    waited_seconds: float | None = None
     env: dict[str, str] = field(default_factory=dict)
+    _healthy: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
     def launch(
@@ -167,6 +173,7 @@ class OpenWebUI:
                 start_new_session=True,  # its own process group: stop() ends all of it
                 preexec_fn=_die_with_parent,
             )
+        threading.Thread(target=owui._watch_health, name="openwebui-health", daemon=True).start()
         return owui
 
     # -- lifecycle ------------------------------------------------------------------
@@ -178,28 +185,36 @@ class OpenWebUI:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])
 
+    def _watch_health(self) -> None:
+        proc = self.proc
+        deadline = self.started_at + OPENWEBUI_STARTUP_TIMEOUT
+        while proc is not None and proc.poll() is None and time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    self.ready_seconds = time.monotonic() - self.started_at
+                    self._healthy.set()
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+
     def wait_ready(self, timeout: float = OPENWEBUI_STARTUP_TIMEOUT) -> None:
         """Until ``GET /health`` answers 200; raise with the log's tail if it never does."""
         assert self.proc is not None
+        waiting = time.monotonic()
         deadline = self.started_at + timeout
-        while True:
+        while not self._healthy.wait(0.25):
             if self.proc.poll() is not None:
                 raise RuntimeError(
                     f"Open WebUI exited with status {self.proc.returncode} during startup; "
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"Open WebUI did not answer /health within {timeout:.0f} s; "
                     f"log {self.log_path}:\n{self.log_tail()}"
                 )
-            time.sleep(0.25)
-        self.ready_seconds = time.monotonic() - self.started_at
+        self.waited_seconds = time.monotonic() - waiting
 
     def stop(self) -> None:
         """End the process group (TERM, wait, KILL) and remove ``DATA_DIR``. Idempotent."""

@@ -18,6 +18,7 @@ import pytest
 import trio
 
 from gateway.errors import ConfigError
+from gateway.proxy import PRIVATE_NOTE
 from tests.e2e.owui.conftest import OwuiChain, start_owui_chain
 from tests.helpers import HOST_PATH_RE
 
@@ -122,3 +123,39 @@ async def test_private_link_opens_for_its_owner(
         f"the owner clicked a private link and got HTTP {opened.status}: {opened.body_text[:300]}"
     )
     assert opened.download == files.report_pdf.read_bytes()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the gateway does not yet map the requester's own links back to host paths "
+    "(nor drop its private-link note) in the history it sends upstream "
+    "(DESIGN.md 'Requests going upstream')",
+)
+async def test_next_turn_gives_the_agent_its_paths_back(
+    nursery: trio.Nursery, tmp_path: Path, openwebui: Any, browser: Any, chat_page: Any
+) -> None:
+    """Open WebUI sends the whole history again, our links and note verbatim (seen here);
+    the agent must get the host paths it wrote, not links it cannot open."""
+    chain = await start_owui_chain(nursery, tmp_path, openwebui)
+    files = chain.files
+    user = openwebui.user
+
+    def scenario() -> None:
+        ask(chat_page, user, "demo-private")
+        chat_page.send("Thanks! Change the chart colours, please.")
+        chat_page.wait_answer()
+        chat_page.screenshot("second-turn")
+
+    await browser.run(scenario)
+
+    # the upstream's view of the second turn; background tasks (title, tags, follow-ups)
+    # reach it too, as one user message holding Open WebUI's "### Task:" prompt
+    bodies = [e["body"] for e in chain.upstream.app.demo_log if e["method"] == "POST"]
+    chats = [b for b in bodies if not str(b["messages"][-1]["content"]).startswith("### Task:")]
+    assert len(chats) == 2, bodies
+    history = chats[1]["messages"]
+    assert [m["role"] for m in history][-3:] == ["user", "assistant", "user"], history
+    previous = history[-2]["content"]
+    assert chain.gateway.url + "/v1/artifacts/" not in previous, previous
+    assert PRIVATE_NOTE.strip() not in previous
+    assert str(files.report_pdf) in previous
