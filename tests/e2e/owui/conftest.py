@@ -12,9 +12,9 @@ suite runs. Each test then starts its own demo upstream, gateway and runs proxy 
 real hypercorn inside its trio nursery and points Open WebUI's connection at that
 proxy (:func:`start_owui_chain`).
 
-Screenshots go to ``$ARTIFACT_GATEWAY_SCREENS`` (default
-``${TMPDIR:-/tmp}/artifact-gateway-screens``), emptied at the start of a run and
-named in the terminal summary, together with Open WebUI's log.
+Screenshots and Open WebUI's log go to ``$ARTIFACT_GATEWAY_SCREENS``, or else to a
+new folder per run under ``${TMPDIR:-/tmp}/artifact-gateway-screens/``; the terminal
+summary names it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -67,8 +68,25 @@ def missing_prerequisites() -> list[str]:
 
 
 def screens_dir() -> Path:
+    """This run's folder for screenshots and Open WebUI's log, created empty.
+
+    ``$ARTIFACT_GATEWAY_SCREENS`` is used as it is (emptied: e.g. for CI to collect);
+    otherwise a new ``<time>-<pid>`` folder under ``${TMPDIR:-/tmp}/artifact-gateway-screens``
+    (runs in other checkouts at the same time keep theirs), of which the 5 newest are kept.
+    """
     env = os.environ.get("ARTIFACT_GATEWAY_SCREENS")
-    return Path(env) if env else Path(tempfile.gettempdir()) / "artifact-gateway-screens"
+    if env:
+        shots = Path(env)
+        shutil.rmtree(shots, ignore_errors=True)
+    else:
+        base = Path(tempfile.gettempdir()) / "artifact-gateway-screens"
+        shots = base / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        if base.is_dir():
+            runs = sorted(p for p in base.iterdir() if p.is_dir())
+            for old in runs[: max(0, len(runs) - 4)]:
+                shutil.rmtree(old, ignore_errors=True)
+    shots.mkdir(parents=True, exist_ok=True)
+    return shots
 
 
 # ----------------------------------------------------------------- session plumbing
@@ -106,8 +124,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from tests.e2e.owui.openwebui import OpenWebUI
 
     shots = screens_dir()
-    shutil.rmtree(shots, ignore_errors=True)
-    shots.mkdir(parents=True, exist_ok=True)
     config.stash[_SCREENS_KEY] = shots
     config.stash[_OWUI_KEY] = OpenWebUIHandle(
         OpenWebUI.launch(
@@ -195,8 +211,6 @@ def screens(request: pytest.FixtureRequest) -> Path:
     shots = request.config.stash.get(_SCREENS_KEY, None)
     if shots is None:
         shots = screens_dir()
-        shutil.rmtree(shots, ignore_errors=True)
-        shots.mkdir(parents=True, exist_ok=True)
         request.config.stash[_SCREENS_KEY] = shots
     return shots
 
