@@ -3,7 +3,11 @@
 
 Needs only Python >= 3.11 and access to the package registry. On first use it
 creates `.venv/` beside this file and installs the project with its test and postgres extras;
-later runs reuse it (re-installing when pyproject.toml changed).
+later runs reuse it (re-installing when pyproject.toml changed). `test` also makes
+sure the browser tests' prerequisites are there (`tests/e2e/owui/install.py`: Open
+WebUI 0.12.4 in a cached venv outside the clone, Debian's chromium); the first time
+that takes a few minutes, later it is a quick check. Set
+`GATEWAY_SKIP_OPENWEBUI_INSTALL=1` to skip it (those tests then skip, or fail under CI=true).
 """
 
 from __future__ import annotations
@@ -57,6 +61,15 @@ def ensure_venv() -> None:
     print(f"done in {time.monotonic() - t0:.0f} s", flush=True)
 
 
+def ensure_openwebui() -> None:
+    """The browser tests' prerequisites; a failure here only makes those tests skip/fail."""
+    if os.environ.get("GATEWAY_SKIP_OPENWEBUI_INSTALL", "") not in ("", "0"):
+        return
+    script = ROOT / "tests" / "e2e" / "owui" / "install.py"
+    if subprocess.call([sys.executable, str(script)], cwd=ROOT) != 0:
+        print(f"note: {script.relative_to(ROOT)} did not finish; the Open WebUI tests will say why")
+
+
 def run(argv: list[str]) -> int:
     return subprocess.call(argv, cwd=ROOT)
 
@@ -69,6 +82,7 @@ def main() -> int:
         return run([str(BIN / "gateway"), "demo", *rest])
     if cmd == "test":
         ensure_venv()
+        ensure_openwebui()
         # tests/progress.py: one summary line per test folder as it finishes
         return run([str(PY), "-m", "pytest", "-p", "tests.progress", *rest])
     if cmd == "lint":

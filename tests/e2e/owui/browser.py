@@ -1,0 +1,293 @@
+"""Debian's Chromium driven by Playwright's sync API, from trio tests.
+
+Playwright's async API runs only on asyncio, and its sync API binds every object to
+the thread that created it. So one dedicated thread owns Playwright and the browser
+(:class:`BrowserThread`); a trio test hands it plain sync functions with
+``await browser.run(fn, ...)``, which waits in a trio worker thread, so the test's
+servers (gateway, proxy, upstream: all in trio's loop on the main thread) keep
+serving while the browser talks to them.
+
+Each test gets a fresh browser context (its own cookies, storage and cache); the
+browser itself is launched once per session with the flags this machine needs (a
+closed network refuses Chromium's background connections). Playwright's own browser
+download is never used: ``executable_path`` is Debian's ``/usr/bin/chromium``.
+
+:class:`ChatPage` is what a person does in Open WebUI: sign in on the real login
+page, pick a model in the selector, type a message, wait for the answer to finish,
+read what was rendered (text, links with their ``href``, file tiles, code spans),
+click a link, take screenshots.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import trio
+from playwright.sync_api import Browser, BrowserContext, Download, Page, Playwright, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+from tests.e2e.owui.install import CHROMIUM
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ANSWER_TIMEOUT_MS = 60_000
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class BrowserThread:
+    """Playwright + one Chromium, owned by one thread; ``await run(fn)`` from trio."""
+
+    def __init__(self, executable: Path = CHROMIUM) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="playwright")
+        self._playwright: Playwright | None = None
+        self.browser: Browser | None = None
+        self.executable = executable
+        self.call(self._start)
+
+    def _start(self) -> None:
+        self._playwright = sync_playwright().start()
+        self.browser = self._playwright.chromium.launch(
+            executable_path=str(self.executable), args=CHROMIUM_ARGS, headless=True
+        )
+
+    def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``fn`` on the browser thread and wait (from sync code)."""
+        return self._executor.submit(fn, *args, **kwargs).result()
+
+    async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``fn`` on the browser thread; trio keeps running meanwhile."""
+        future = self._executor.submit(fn, *args, **kwargs)
+        return await trio.to_thread.run_sync(future.result, abandon_on_cancel=True)
+
+    def new_context(self) -> BrowserContext:
+        """A fresh, isolated context (call on the browser thread, e.g. inside ``run``)."""
+        assert self.browser is not None
+        return self.browser.new_context(
+            viewport={"width": 1280, "height": 900}, accept_downloads=True
+        )
+
+    def close(self) -> None:
+        def stop() -> None:
+            if self.browser is not None:
+                with contextlib.suppress(Exception):
+                    self.browser.close()
+            if self._playwright is not None:
+                self._playwright.stop()
+
+        try:
+            self._executor.submit(stop).result(timeout=30)
+        finally:
+            self._executor.shutdown(wait=True)
+
+
+# ------------------------------------------------------------------- reading a chat
+
+
+@dataclass
+class Link:
+    href: str
+    text: str
+    target: str | None
+
+
+@dataclass
+class Answer:
+    """The last assistant message as rendered."""
+
+    text: str
+    html: str
+    links: list[Link]
+    code_spans: list[str]
+    file_tiles: list[str]  # visible names of the message's file tiles (``message.files``)
+    images: list[str] = field(default_factory=list)  # ``src`` of rendered images
+
+
+@dataclass
+class Opened:
+    """What clicking a link in the chat gave: a download, or a page in a new tab."""
+
+    download: bytes | None
+    filename: str | None
+    status: int | None
+    body_text: str
+    url: str
+
+
+_SCREEN_NAME = re.compile(r"[^\w.-]+")
+
+
+class ChatPage:
+    """One signed-in Open WebUI tab (all methods run on the browser thread)."""
+
+    def __init__(self, context: BrowserContext, base_url: str, screens: Path, name: str) -> None:
+        self.context = context
+        self.base_url = base_url.rstrip("/")
+        self.screens = screens
+        self.name = _SCREEN_NAME.sub("-", name)
+        self.page: Page = context.new_page()
+        self.console_errors: list[str] = []
+        self.page.on(
+            "console",
+            lambda m: self.console_errors.append(m.text) if m.type == "error" else None,
+        )
+        self._shots = 0
+        self._answers_before = 0
+
+    def screenshot(self, label: str, page: Page | None = None) -> Path:
+        self._shots += 1
+        path = self.screens / f"{self.name}-{self._shots:02d}-{_SCREEN_NAME.sub('-', label)}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        (page or self.page).screenshot(path=str(path), full_page=True)
+        return path
+
+    def login(self, email: str, password: str) -> None:
+        """Through the real login page; leaves the ``token`` cookie (HttpOnly) set."""
+        page = self.page
+        page.goto(self.base_url + "/auth")
+        page.fill("input#email", email)
+        page.fill("input#password", password)
+        page.click("button:has-text('Sign in')")
+        page.wait_for_selector("#chat-input", timeout=30_000)
+
+    def new_chat(self, model: str | None = None) -> None:
+        """Open a new chat; pick ``model`` in the selector like a person would."""
+        self.page.goto(self.base_url + "/")
+        self.page.wait_for_selector("#chat-input", timeout=30_000)
+        if model is not None:
+            self.choose_model(model)
+
+    def choose_model(self, model: str) -> None:
+        page = self.page
+        page.click("#model-selector-model-button")
+        option = page.locator(f"#model-selector-list [role=option][data-value='{model}']")
+        option.wait_for(timeout=10_000)
+        option.click()
+        label = page.get_attribute("#model-selector-model-button", "aria-label") or ""
+        assert (
+            model in label
+            or page.locator(f"#model-selector-model-button:has-text('{model}')").count()
+        ), f"model {model!r} not selected: {label!r}"
+
+    def send(self, text: str) -> None:
+        self._answers_before = self._assistant_messages().count()
+        box = self.page.locator("#chat-input")
+        box.click()
+        self.page.keyboard.type(text)
+        self.page.keyboard.press("Enter")
+
+    def _assistant_messages(self) -> Any:
+        return self.page.locator("div[id^='message-']:has(.chat-assistant)")
+
+    def _last_assistant(self) -> Any:
+        return self._assistant_messages().last
+
+    def wait_answer(self, timeout_ms: int = ANSWER_TIMEOUT_MS) -> Answer:
+        """Until the answer to the last :meth:`send` is done (its action buttons appear)."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        while self._assistant_messages().count() <= self._answers_before:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no new answer within {timeout_ms} ms")
+            self.page.wait_for_timeout(100)
+        message = self._last_assistant()
+        message.locator(".copy-response-button").wait_for(state="attached", timeout=timeout_ms)
+        return self.read_answer()
+
+    def read_answer(self) -> Answer:
+        message = self._last_assistant()
+        content = message.locator("#response-content-container")
+        links = content.locator("a[href]").evaluate_all(
+            "els => els.map(e => ({href: e.href, text: e.innerText, target: e.getAttribute('target')}))"
+        )
+        codes = content.locator("code").evaluate_all("els => els.map(e => e.innerText)")
+        images = content.locator("img").evaluate_all("els => els.map(e => e.src)")
+        # message.files: the row of tiles above the text (ResponseMessage.svelte)
+        tiles = message.locator(".chat-assistant > div > div.my-1:not([id$='-embeds-container'])")
+        names = tiles.locator("button").evaluate_all(
+            "els => els.map(e => e.innerText.trim()).filter(Boolean)"
+        )
+        images += tiles.locator("img").evaluate_all("els => els.map(e => e.src)")
+        return Answer(
+            text=content.inner_text(),
+            html=content.inner_html(),
+            links=[Link(x["href"], x["text"], x["target"]) for x in links],
+            code_spans=codes,
+            file_tiles=names,
+            images=images,
+        )
+
+    def click_link(self, link_text: str, timeout_ms: int = 20_000) -> Opened:
+        """Click a link of the last answer like a person; report what happened.
+
+        Links open in a new tab (``target=_blank``): either that tab turns into a
+        download (``Content-Disposition: attachment``) or it shows a page.
+        """
+        link = self._last_assistant().locator("#response-content-container a", has_text=link_text)
+        statuses: dict[str, int] = {}
+        downloads: list[Download] = []
+
+        def on_response(response: Any) -> None:
+            statuses[response.url] = response.status
+
+        def on_download(download: Download) -> None:
+            downloads.append(download)
+
+        def on_page(page: Page) -> None:  # before the new tab's first event
+            page.on("download", on_download)
+
+        # Chromium turns the new tab into a download and closes it; Playwright then
+        # reports the download on the opener (this tab), sometimes on the new one
+        self.context.on("response", on_response)
+        self.context.on("page", on_page)
+        self.page.on("download", on_download)
+        try:
+            with self.context.expect_page(timeout=timeout_ms) as popup_info:
+                link.first.click()
+            popup = popup_info.value
+            # the tab either starts a download (and Chromium closes it) or shows a page
+            deadline = time.monotonic() + timeout_ms / 1000
+            while not downloads and time.monotonic() < deadline:
+                if not popup.is_closed():
+                    with contextlib.suppress(PlaywrightTimeout):
+                        popup.wait_for_load_state("load", timeout=200)
+                    if popup.url not in ("", "about:blank") and statuses.get(popup.url):
+                        break  # a page, not a download
+                self.page.wait_for_timeout(100)  # Playwright dispatches events meanwhile
+            if downloads:
+                download = downloads[0]
+                path = download.path()  # waits until it is complete
+                opened = Opened(
+                    Path(path).read_bytes() if path else b"",
+                    download.suggested_filename,
+                    statuses.get(download.url),
+                    "",
+                    download.url,
+                )
+            else:
+                text = "" if popup.is_closed() else popup.locator("body").inner_text()
+                opened = Opened(None, None, statuses.get(popup.url), text, popup.url)
+                if not popup.is_closed():
+                    self.screenshot("opened-link", page=popup)
+            with contextlib.suppress(Exception):
+                popup.close()
+            return opened
+        finally:
+            self.context.remove_listener("response", on_response)
+            self.context.remove_listener("page", on_page)
+            self.page.remove_listener("download", on_download)
