@@ -18,8 +18,10 @@ from gateway.artifacts import ArtifactService
 from gateway.auth import Authenticator
 from gateway.config import Config
 from gateway.pipeline import PipelineSettings
+from gateway.reaper import MaintenanceSettings, new_holder_id, run_maintenance
 from gateway.routes import blueprints
-from gateway.runs import MemoryJournal, Runs
+from gateway.runbus import RunBus
+from gateway.runs import Runs
 from gateway.sessions import Sessions
 from gateway.signing import Signer
 from gateway.state import GatewayApp, GatewayState, extra_roots, make_scrub
@@ -60,7 +62,10 @@ def build_state(
         artifacts=artifacts,
         sessions=Sessions(the_store),
         runs=Runs(
-            MemoryJournal(),
+            the_store,
+            RunBus(the_store),
+            holder=new_holder_id(),
+            lease_seconds=config.runs.lease_seconds,
             max_events=config.limits.run_log_max_events,
             max_event_bytes=config.limits.max_event_bytes,
         ),
@@ -99,9 +104,31 @@ def create_app(
     for bp in blueprints():
         app.register_blueprint(bp)
 
+    services = trio.CancelScope()
+
+    async def background() -> None:
+        """The run bus (wake-ups across instances) and maintenance (leases, retention)."""
+        with services:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(st.runs.bus.run)
+                await nursery.start(
+                    run_maintenance,
+                    st.store,
+                    st.runs.bus,
+                    st.signer,
+                    MaintenanceSettings.from_config(config),
+                )
+
+    @app.before_serving
+    async def _start() -> None:
+        app.nursery.start_soon(background)
+
     @app.after_serving
     async def _close() -> None:
+        # the lifespan nursery waits for its tasks: stop the services, then close
+        services.cancel()
         with trio.CancelScope(shield=True):
+            await st.runs.bus.aclose()
             await st.aclose()
 
     return app

@@ -55,20 +55,13 @@ import trio
 from quart.wrappers.response import ResponseBody
 
 from gateway.config import Config
-from gateway.errors import GatewayError, NotFound
+from gateway.errors import Gone, NotFound
 from gateway.signing import Signer, new_artifact_id
 from gateway.store import ArtifactRecord, Store
 
 log = logging.getLogger("gateway.artifacts")
 
 READ_CHUNK = 256 * 1024
-
-
-class Gone(GatewayError):
-    """The link existed but can no longer be served (expired, revoked, file changed)."""
-
-    code = "artifact_gone"
-    status = 410
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +99,7 @@ class ArtifactService:
             for m in config.artifacts.mounts
         )
         self.allow_hard_links = (
-            config.artifacts.allow_hard_links
-            if allow_hard_links is None
-            else allow_hard_links
+            config.artifacts.allow_hard_links if allow_hard_links is None else allow_hard_links
         )
         self._denied = tuple(
             tuple(p.lower() for p in d.replace("\\", "/").strip("/").split("/") if p)

@@ -18,7 +18,9 @@ Library errors are translated at the boundary with ``raise ... from exc``.
     ├── UpstreamError            the upstream failed (502/504)
     │   └── UpstreamHTTPError    it answered with an HTTP error status (its status kept)
     ├── StoreError               the state store failed (503)
+    ├── LeaseLost                this instance no longer holds a run (409, internal)
     ├── Overloaded               the gateway is out of a resource (503: connections, files)
+    ├── RunLogFull               a run outgrew limits.run_log_max_events (507, run.failed)
     └── Interrupted              the gateway stopped the stream itself
         ├── Draining             this instance is restarting (``gateway_draining``)
         └── RunInterrupted       the instance running a run stopped (``run_interrupted``)
@@ -36,11 +38,13 @@ __all__ = [
     "GatewayError",
     "Gone",
     "Interrupted",
+    "LeaseLost",
     "NotFound",
     "Overloaded",
     "ProtocolError",
     "RequestError",
     "RunInterrupted",
+    "RunLogFull",
     "SSEEventTooLarge",
     "StoreError",
     "UpstreamError",
@@ -150,10 +154,18 @@ class UpstreamHTTPError(UpstreamError):
 
 
 class StoreError(GatewayError):
-    """The state store failed (disk, lock, database down); retry later."""
+    """The state store failed (disk, lock, network, server down); retry later."""
 
     code = "store_unavailable"
     status = 503
+
+
+class LeaseLost(GatewayError):
+    """The caller no longer holds a run's lease (another instance interrupted it, or it
+    is finished): stop running it, send nothing more."""
+
+    code = "run_lease_lost"
+    status = 409
 
 
 class Overloaded(GatewayError):
@@ -161,6 +173,20 @@ class Overloaded(GatewayError):
 
     code = "gateway_overloaded"
     status = 503
+
+
+class RunLogFull(GatewayError):
+    """A run produced more events than ``limits.run_log_max_events``: it was stopped."""
+
+    code = "run_log_full"
+    status = 507
+
+    def __init__(
+        self,
+        message: str = "The run produced more events than the gateway keeps "
+        "(limits.run_log_max_events).",
+    ) -> None:
+        super().__init__(message)
 
 
 class Interrupted(GatewayError):

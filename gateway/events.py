@@ -16,7 +16,9 @@ allowlist).
 * :class:`Extra` (top-level keys the operator listed in ``[output] extra_chunk_keys``,
   every string rewritten);
 * :class:`Named`: an unknown named SSE event (``event: hermes.tool.progress``) whose
-  name is checked by shape and whose data has every string rewritten.
+  name is checked by shape and whose data has every string rewritten;
+* :class:`Boundary`: where one upstream chunk ended (the chat front keeps the
+  upstream's chunking of the text, whatever the reads were).
 
 A stream that fails ends with a :class:`gateway.errors.GatewayError`, not an event.
 """
@@ -27,7 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "BOUNDARY",
     "TEXT_CHANNELS",
+    "Boundary",
     "Event",
     "Extra",
     "Finish",
@@ -125,4 +129,13 @@ class Named:
     data: dict[str, Any]
 
 
-Event = Meta | Role | Text | ToolCall | Logprobs | Finish | Usage | Extra | Named
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """The end of one upstream chunk: a front that writes chunks starts a new one here,
+    so the output does not depend on how the upstream's bytes were split into reads."""
+
+
+#: the one :class:`Boundary` the pipeline emits
+BOUNDARY = Boundary()
+
+Event = Meta | Role | Text | ToolCall | Logprobs | Finish | Usage | Extra | Named | Boundary

@@ -29,6 +29,7 @@ without a path never awaits.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 from collections.abc import Iterable
@@ -37,6 +38,7 @@ from typing import Any, Protocol
 
 from gateway.errors import UpstreamError
 from gateway.events import (
+    BOUNDARY,
     TEXT_CHANNELS,
     Event,
     Extra,
@@ -173,11 +175,23 @@ class Scrubber:
         return None
 
 
+def _tool_id(value: object) -> str | None:
+    """A tool call's id as sent when it has an id's shape; another value is replaced by a
+    stable stand-in (the same input gives the same id), never relayed; None if absent."""
+    if value is None or value == "":
+        return None
+    checked = check_id(value)
+    if checked is not None:
+        return checked
+    return (
+        "call_" + hashlib.sha256(repr(value).encode("utf-8", "backslashreplace")).hexdigest()[:24]
+    )
+
+
 @dataclass
 class _Choice:
     channels: dict[str, StreamRewriter] = field(default_factory=dict)
     tools: dict[int, StreamRewriter] = field(default_factory=dict)
-    tool_ids: dict[int, str] = field(default_factory=dict)
     finished: bool = False
     logprob: float = 0.0  # of text held back, attached to the next emitted text
 
@@ -196,12 +210,12 @@ class ChatPipeline(Scrubber):
 
     async def feed(self, events: list[SSEEvent]) -> Step:
         """The upstream SSE events of one read → events to emit (``done`` at ``[DONE]``)."""
-        if len(events) == 1:
-            return await self.feed_event(events[0])
         out: list[Event] = []
         for ev in events:
             step = await self.feed_event(ev)
-            out.extend(step.events)
+            if step.events:
+                out.extend(step.events)
+                out.append(BOUNDARY)
             if step.done:
                 return Step(out, done=True)
         return Step(out)
@@ -388,18 +402,19 @@ class ChatPipeline(Scrubber):
             text = await self.render(pieces)
         call_id = name = None
         if first:
-            call_id = check_id(call.get("id")) or "call_" + secrets.token_hex(12)
-            state.tool_ids[tidx] = call_id
+            call_id = _tool_id(call.get("id"))
             name = await self._tool_name(fn.get("name"))
         if first or text:
             events.append(ToolCall(idx, tidx, text, call_id, name, legacy))
 
-    async def _tool_name(self, value: object) -> str:
+    async def _tool_name(self, value: object) -> str | None:
+        """The function name as sent when it has a name's shape, else rewritten and
+        forced into that shape; None when there is none."""
         name = check_name(value)
         if name is not None:
             return name
         if not isinstance(value, str) or not value:
-            return "tool"
+            return None
         return sanitize_name(await self.text(value, name_only=True))
 
     async def _flush_choice(

@@ -42,10 +42,11 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import trio
 
+from gateway.config import Config
 from gateway.runbus import RunBus
 from gateway.signing import ACTIVE_KEY_MAX_AGE, Signer
 from gateway.store import Store, StoreError
@@ -89,14 +90,12 @@ class MaintenanceSettings:
         return self.lease_seconds + self.lease_interval
 
     @classmethod
-    def from_config(cls, config: Any) -> MaintenanceSettings:
-        runs = getattr(config, "runs", None)
-        retention = getattr(config, "retention", None)
+    def from_config(cls, config: Config) -> MaintenanceSettings:
         return cls(
-            lease_seconds=float(getattr(runs, "lease_seconds", 15.0)),
-            runs_seconds=float(getattr(retention, "runs_seconds", 86400.0)),
-            responses_seconds=float(getattr(retention, "responses_seconds", 2592000.0)),
-            reaper_interval_seconds=float(getattr(retention, "reaper_interval_seconds", 60.0)),
+            lease_seconds=config.runs.lease_seconds,
+            runs_seconds=config.retention.runs_seconds,
+            responses_seconds=config.retention.responses_seconds,
+            reaper_interval_seconds=config.retention.reaper_interval_seconds,
         )
 
 

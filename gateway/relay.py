@@ -107,6 +107,9 @@ class RelayOptions:
     on_outcome: OnOutcome | None = None
     #: joins outputs that are queued together (bytes by default)
     join: Callable[[list[Any]], Any] = field(default=b"".join)
+    #: asked after every encoded batch: an error ends the stream with it at once (a run's
+    #: full log), before the producer reads on
+    check: Callable[[], GatewayError | None] | None = None
 
 
 #: outputs the producer may run ahead of the consumer (backpressure beyond it)
@@ -280,6 +283,10 @@ class Relay(Generic[In, Ev, Out]):
                 on_held(getattr(stage, "held_chars", 0))
             if step.events:
                 await self._push(front.encode(step.events))
+                if self._opts.check is not None:
+                    error = self._opts.check()
+                    if error is not None:
+                        self.stop(error)
             if step.done:
                 await self._terminal("completed")
                 return

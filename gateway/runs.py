@@ -2,19 +2,23 @@
 
 A run executes in the app's service-level nursery (quart-trio's lifespan nursery), not
 in a request's. It is one :class:`~gateway.relay.Relay` whose consumer, instead of a
-client, is the run's **journal**: every batch of run events is appended (with sequence
-numbers 1, 2, …) *before* anyone can read it. ``GET /v1/runs/{id}/events`` is another
+client, is the run's **journal** in the store: every batch of run events is appended
+(sequence numbers 1, 2, …) *before* anyone can read it, and the run bus
+(:mod:`gateway.runbus`) wakes the followers. ``GET /v1/runs/{id}/events`` is another
 relay over the journal (:class:`JournalSource`): it replays the events after
-``Last-Event-ID`` and then follows live, woken by the run bus, so a client that
-reconnects — to any instance sharing the journal — loses nothing and sees nothing
-twice. A background Response (``POST /v1/responses`` with ``background: true``) is the
-same machinery with the Responses front: its journal holds Responses events.
+``Last-Event-ID`` and then follows live, so a client that reconnects — to any instance
+sharing the store, also after the instance that ran the run restarted — loses
+nothing and sees nothing twice. A background Response (``POST /v1/responses`` with
+``background: true``) is the same machinery with the Responses front.
 
-``stop`` cancels the run's relay: the upstream response is closed, held text is flushed
-as file names and the run ends with ``run.cancelled``. A run that exceeds
-``limits.run_log_max_events`` is stopped and fails with ``run_log_full``. While running,
-the instance holds the run's lease and renews it; an instance that dies loses it and
-another instance ends the run as ``interrupted`` (:mod:`gateway.reaper`).
+While it runs, this instance holds the run's lease and renews it
+(:func:`gateway.reaper.keep_lease`); an instance that dies stops renewing and the lease
+watcher of any instance ends the run as ``interrupted`` within the documented bound. A
+lost lease stops the run here without writing anything more. ``stop`` (asked on any
+instance) cancels the run's relay: the upstream response is closed, held text is
+flushed as file names and the run ends with ``run.cancelled``. A drain ends it with
+``run.failed`` (``gateway_draining``, status ``interrupted``). A run that exceeds
+``limits.run_log_max_events`` is stopped and fails with ``run_log_full``.
 """
 
 from __future__ import annotations
@@ -31,35 +35,36 @@ from typing import Any, Protocol
 import httpx
 import trio
 
-from gateway.errors import GatewayError, NotFound
+from gateway.errors import GatewayError, Interrupted, NotFound, RunLogFull
 from gateway.events import Event
-from gateway.fronts.runs import TERMINAL, run_sse
+from gateway.fronts.responses import response_sse
+from gateway.fronts.runs import run_sse
 from gateway.pipeline import ChatPipeline
+from gateway.reaper import keep_lease
 from gateway.relay import CANCELLED, Relay, RelayOptions
+from gateway.runbus import RunBus, follow_events
 from gateway.sources import SSESource
+from gateway.sse import encode_comment
+from gateway.store import LeaseLost, RunRecord, Store, StoreError
 
-__all__ = ["LOG_FULL", "JournalSource", "RunRecord", "Runs", "new_run_id"]
+__all__ = ["TERMINALS", "JournalSource", "Runs", "new_run_id"]
 
 log = logging.getLogger("gateway.runs")
 
 #: terminal event names of both journaled fronts (runs and background responses)
-TERMINALS = TERMINAL | {
-    "response.completed",
-    "response.failed",
-    "response.incomplete",
-    "response.cancelled",
-}
-
-
-FINISHED = frozenset({"completed", "failed", "cancelled", "interrupted", "incomplete"})
-
-
-def LOG_FULL() -> GatewayError:
-    return GatewayError(
-        "The run produced more events than the gateway keeps (limits.run_log_max_events).",
-        code="run_log_full",
-        status=507,
-    )
+TERMINALS = frozenset(
+    {
+        "run.completed",
+        "run.failed",
+        "run.cancelled",
+        "response.completed",
+        "response.failed",
+        "response.incomplete",
+        "response.cancelled",
+    }
+)
+#: how long a follower waits for news before it reads the journal again anyway
+SAFETY_POLL_SECONDS = 5.0
 
 
 def new_run_id() -> str:
@@ -71,150 +76,41 @@ def event_name(ev: dict[str, Any]) -> str:
     return name if isinstance(name, str) else ""
 
 
-@dataclass
-class RunRecord:
-    """What the journal keeps about a run besides its events."""
-
-    id: str
-    owner: str
-    model: str
-    link_mode: str
-    kind: str = "run"  # "run" | "response"
-    status: str = "queued"
-    created: float = field(default_factory=time.time)
-    finished_at: float | None = None
-    summary: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def done(self) -> bool:
-        return self.status in FINISHED
+def _ends(batch: list[dict[str, Any]]) -> bool:
+    return bool(batch) and event_name(batch[-1]) in TERMINALS
 
 
-class Journal(Protocol):
-    """The blocking journal interface of the store (called from worker threads)."""
-
-    def create_run(self, rec: RunRecord) -> None: ...
-
-    def get_run(self, run_id: str, owner: str) -> RunRecord | None: ...
-
-    def append_run_events(self, run_id: str, events: list[dict[str, Any]]) -> None: ...
-
-    def read_run_events(self, run_id: str, after_seq: int, limit: int) -> list[dict[str, Any]]: ...
-
-    def finish_run(self, run_id: str, status: str, summary: dict[str, Any]) -> None: ...
-
-    def run_status(self, run_id: str) -> str | None: ...
-
-
-class MemoryJournal:
-    """An in-process journal (one instance, lost on restart)."""
-
-    def __init__(self) -> None:
-        self._runs: dict[str, RunRecord] = {}
-        self._events: dict[str, list[dict[str, Any]]] = {}
-
-    def create_run(self, rec: RunRecord) -> None:
-        self._runs[rec.id] = rec
-        self._events[rec.id] = []
-
-    def get_run(self, run_id: str, owner: str) -> RunRecord | None:
-        rec = self._runs.get(run_id)
-        return rec if rec is not None and rec.owner == owner else None
-
-    def append_run_events(self, run_id: str, events: list[dict[str, Any]]) -> None:
-        self._events[run_id].extend(events)
-
-    def read_run_events(self, run_id: str, after_seq: int, limit: int) -> list[dict[str, Any]]:
-        evs = self._events.get(run_id, [])
-        return [e for e in evs if _seq(e) > after_seq][:limit]
-
-    def finish_run(self, run_id: str, status: str, summary: dict[str, Any]) -> None:
-        rec = self._runs[run_id]
-        rec.status = status
-        rec.finished_at = time.time()
-        rec.summary = summary
-
-    def run_status(self, run_id: str) -> str | None:
-        rec = self._runs.get(run_id)
-        return None if rec is None else rec.status
-
-    def active(self) -> list[RunRecord]:
-        return [r for r in self._runs.values() if not r.done]
-
-
-def _seq(ev: dict[str, Any]) -> int:
-    seq = ev.get("seq", ev.get("sequence_number"))
-    return int(seq) if isinstance(seq, int) else -1
-
-
-class Bus:
-    """Wakes the followers of a run when its journal grows (in this process)."""
-
-    def __init__(self) -> None:
-        self._events: dict[str, trio.Event] = {}
-
-    def published(self, run_id: str, seq: int) -> None:
-        ev = self._events.pop(run_id, None)
-        if ev is not None:
-            ev.set()
-
-    async def wait_beyond(self, run_id: str, seq: int, limit_seconds: float) -> bool:
-        ev = self._events.get(run_id)
-        if ev is None:
-            ev = self._events[run_id] = trio.Event()
-        with trio.move_on_after(limit_seconds):
-            await ev.wait()
-            return True
-        return False
+def status_of(terminal: dict[str, Any], error: GatewayError | None) -> str:
+    """The final status a terminal event stands for."""
+    name = event_name(terminal)
+    if name in ("run.completed", "response.completed"):
+        return "completed"
+    if name == "response.incomplete":
+        return "incomplete"
+    if name in ("run.cancelled", "response.cancelled"):
+        return "cancelled"
+    return "interrupted" if isinstance(error, Interrupted) else "failed"
 
 
 class JournalSource:
     """A run's journal as a relay source: replay after ``after_seq``, then follow."""
 
-    def __init__(
-        self,
-        runs: Runs,
-        run_id: str,
-        after_seq: int,
-        *,
-        draining: trio.Event | None = None,
-        batch: int = 500,
-    ) -> None:
-        self._runs = runs
-        self._run_id = run_id
-        self.after = after_seq
-        self._draining = draining
-        self._batch = batch
-        self._ended = False
+    def __init__(self, store: Store, bus: RunBus, rec: RunRecord, after_seq: int) -> None:
+        self._events = follow_events(
+            store, bus, rec.id, rec.owner, after_seq, idle=SAFETY_POLL_SECONDS
+        )
 
     async def read(self) -> list[dict[str, Any]] | None:
-        runs = self._runs
-        while not self._ended:
-            events = await runs.read_events(self._run_id, self.after, self._batch)
-            if events:
-                self.after = _seq(events[-1])
-                if event_name(events[-1]) in TERMINALS:
-                    self._ended = True
-                return events
-            if await runs.finished(self._run_id):
-                # finished after the read above? then its last events are there now
-                events = await runs.read_events(self._run_id, self.after, self._batch)
-                self._ended = True
-                if events:
-                    self.after = _seq(events[-1])
-                    return events
+        while True:
+            try:
+                batch = await self._events.__anext__()
+            except StopAsyncIteration:
                 return None
-            if self._draining is not None and self._draining.is_set():
-                # the run ends through its own relay; give it a moment, then let the
-                # client resume elsewhere (Last-Event-ID)
-                if not await runs.bus.wait_beyond(self._run_id, self.after, 0.5):
-                    return None
-                continue
-            await runs.bus.wait_beyond(self._run_id, self.after, runs.safety_poll_seconds)
-        return None
+            if batch:
+                return batch
 
     async def aclose(self) -> None:
-        self._ended = True
+        return None
 
 
 @dataclass
@@ -229,7 +125,7 @@ class FollowStage:
     held_chars = 0
 
     async def feed(self, item: list[dict[str, Any]]) -> FollowStep:
-        return FollowStep(item, bool(item) and event_name(item[-1]) in TERMINALS)
+        return FollowStep(item, _ends(item))
 
     async def finish(self, *, failed: bool = False) -> list[dict[str, Any]]:
         return []
@@ -239,7 +135,7 @@ class FollowStage:
 
 
 class SSEFollowFront:
-    """Journaled events → SSE; ``encode`` is ``run_sse`` or the Responses serializer."""
+    """Journaled events → SSE with ``encode`` (:func:`run_sse` or :func:`response_sse`)."""
 
     def __init__(self, encode: Callable[[list[dict[str, Any]]], bytes]) -> None:
         self._encode = encode
@@ -248,8 +144,6 @@ class SSEFollowFront:
         return b""
 
     def keepalive(self) -> bytes:
-        from gateway.sse import encode_comment
-
         return encode_comment()
 
     def encode(self, events: list[dict[str, Any]]) -> bytes:
@@ -261,7 +155,7 @@ class SSEFollowFront:
     def fail(
         self, events: list[dict[str, Any]], error: GatewayError, manifest: dict[str, Any]
     ) -> bytes:
-        return b""  # a follower that stops early just ends: the client resumes
+        return b""  # a follower cut short just ends: the client resumes with Last-Event-ID
 
 
 class JournalFront(Protocol):
@@ -290,62 +184,106 @@ def _concat(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 class _Local:
     """A run executing in this process."""
 
+    #: everything the run does here; cancelled when the lease is lost
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    #: waiting for the upstream's answer; cancelled by a stop before the relay exists
+    opening: trio.CancelScope = field(default_factory=trio.CancelScope)
     relay: Relay[Any, Any, Any] | None = None
     stop_requested: bool = False
+    lost: bool = False
     logged: int = 0
 
+    def stop(self) -> None:
+        self.stop_requested = True
+        if self.relay is not None:
+            self.relay.stop(CANCELLED)
+        else:
+            self.opening.cancel()
 
-Summarize = Callable[[RunRecord, list[dict[str, Any]]], dict[str, Any]]
+    def lose(self) -> None:
+        self.lost = True
+        self.scope.cancel()
+
+
+Summarize = Callable[[list[dict[str, Any]]], dict[str, Any]]
 
 
 class Runs:
-    """Starts, stops and journals background runs; reads journals for followers."""
+    """Starts, stops and journals background runs; streams journals to followers."""
 
     def __init__(
         self,
-        journal: Journal,
+        store: Store,
+        bus: RunBus,
         *,
+        holder: str,
+        lease_seconds: float = 15.0,
         max_events: int = 10_000,
         max_event_bytes: int = 1 << 20,
-        safety_poll_seconds: float = 5.0,
     ) -> None:
-        self.journal = journal
-        self.bus = Bus()
+        self.store = store
+        self.bus = bus
+        self.holder = holder
+        self.lease_seconds = lease_seconds
         self.max_events = max_events
         self._max_event_bytes = max_event_bytes
-        self.safety_poll_seconds = safety_poll_seconds
         self._local: dict[str, _Local] = {}
 
-    # -- journal access (worker threads) ------------------------------------------
+    # -- reading -------------------------------------------------------------------
 
-    async def get(self, run_id: str, owner: str, *, kind: str | None = None) -> RunRecord:
-        rec = await trio.to_thread.run_sync(self.journal.get_run, run_id, owner)
-        if rec is None or (kind is not None and rec.kind != kind):
+    async def get(self, run_id: str, owner: str, *, kind: str) -> RunRecord:
+        rec = await trio.to_thread.run_sync(self.store.get_run, run_id, owner)
+        if rec is None or rec.kind != kind:
             what = "response" if kind == "response" else "run"
             raise NotFound(f"No such {what}, or it is not yours.", code=f"{what}_not_found")
         return rec
 
-    async def finished(self, run_id: str) -> bool:
-        rec = await trio.to_thread.run_sync(self.journal.run_status, run_id)
-        return rec is None or rec in FINISHED
-
     async def read_events(self, run_id: str, after: int, limit: int) -> list[dict[str, Any]]:
-        return await trio.to_thread.run_sync(self.journal.read_run_events, run_id, after, limit)
+        return await trio.to_thread.run_sync(self.store.read_run_events, run_id, after, limit)
 
-    async def _append(self, rec: RunRecord, events: list[dict[str, Any]]) -> None:
-        if not events:
-            return
-        await trio.to_thread.run_sync(self.journal.append_run_events, rec.id, events)
-        self.bus.published(rec.id, _seq(events[-1]))
-
-    # -- lifecycle -----------------------------------------------------------------
-
-    async def create(self, rec: RunRecord) -> None:
-        await trio.to_thread.run_sync(self.journal.create_run, rec)
+    def follow(self, rec: RunRecord, after: int, opts: RelayOptions) -> Relay[Any, Any, bytes]:
+        """The relay that streams a run's journal to a client (SSE)."""
+        encode = response_sse if rec.kind == "response" else run_sse
+        source = JournalSource(self.store, self.bus, rec, after)
+        # the run's own relay bounds the upstream's silence; a follower only waits
+        opts = dataclasses.replace(opts, first_byte_seconds=None, idle_timeout_seconds=math.inf)
+        return Relay(source, FollowStage(), SSEFollowFront(encode), opts)
 
     def running_here(self) -> list[str]:
         return list(self._local)
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def record(self, run_id: str, owner: str, kind: str, model: str, mode: str) -> RunRecord:
+        now = time.time()
+        return RunRecord(
+            run_id,
+            owner,
+            kind,
+            model,
+            mode,
+            "queued",
+            now,
+            holder=self.holder,
+            lease_expires=now + self.lease_seconds,
+        )
+
+    async def create(self, rec: RunRecord) -> None:
+        await trio.to_thread.run_sync(self.store.create_run, rec)
+
+    async def stop(self, rec: RunRecord) -> None:
+        """Ask the run to stop (whichever instance runs it) and wait a little for its end."""
+        await trio.to_thread.run_sync(self.store.request_run_stop, rec.id, rec.owner)
+        self.bus.stop_requested(rec.id)
+        local = self._local.get(rec.id)
+        if local is not None:
+            local.stop()
+        with trio.move_on_after(5):
+            while True:
+                now = await trio.to_thread.run_sync(self.store.get_run, rec.id, rec.owner)
+                if now is None or now.finished:
+                    return
+                await self.bus.wait_beyond(rec.id, now.last_seq, 0.25)
 
     async def execute(
         self,
@@ -359,53 +297,131 @@ class Runs:
     ) -> None:
         """Run ``rec`` to its end; every batch is journaled before it can be read."""
         local = self._local[rec.id] = _Local()
+        job = _Job(self, rec, local, stage, front, summarize)
         try:
-            await self._execute(
-                rec, local, open_stream, stage, front, summarize, opts, before_complete
-            )
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._guard, rec, local)
+                with local.scope:
+                    await job.run(open_stream, opts, before_complete)
+                nursery.cancel_scope.cancel()
+        except LeaseLost:
+            log.warning("run %s: lease lost; another instance ended it", rec.id)
         except Exception:
-            log.exception("run failed unexpectedly")
-            err = GatewayError(
-                "The run failed unexpectedly; the error was logged.", code="internal_error"
-            )
-            with trio.CancelScope(shield=True):
-                await self._finish(rec, front.fail([], err, stage.manifest()), summarize, err)
+            log.exception("run %s failed unexpectedly", rec.id)
+            await job.crashed()
         finally:
             self._local.pop(rec.id, None)
 
-    async def _execute(
+    async def _guard(self, rec: RunRecord, local: _Local) -> None:
+        """The lease, and stops asked on any instance, beside the run."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                lambda: keep_lease(
+                    self.store,
+                    rec.id,
+                    self.holder,
+                    lease_seconds=self.lease_seconds,
+                    on_lost=local.lose,
+                    on_stop=local.stop,
+                )
+            )
+            await self.bus.wait_stop(rec.id)
+            local.stop()
+            await trio.sleep_forever()  # keep the lease until the run has ended
+
+    async def append(self, rec: RunRecord, events: list[dict[str, Any]]) -> None:
+        if events:
+            await trio.to_thread.run_sync(self.store.append_run_events, rec.id, events, self.holder)
+            self.bus.published(rec.id, int(events[-1]["seq"]))
+
+    async def finish(
+        self, rec: RunRecord, events: list[dict[str, Any]], status: str, summary: dict[str, Any]
+    ) -> None:
+        await trio.to_thread.run_sync(
+            lambda: self.store.finish_run(rec.id, status, summary, self.holder, events)
+        )
+        self.bus.published(rec.id, int(events[-1]["seq"]) if events else None)
+
+
+class _Job:
+    """One run's execution: open the upstream, relay into the journal, finish."""
+
+    def __init__(
         self,
+        runs: Runs,
         rec: RunRecord,
         local: _Local,
-        open_stream: Callable[[], Awaitable[httpx.Response]],
         stage: ChatPipeline,
         front: JournalFront,
         summarize: Summarize,
+    ) -> None:
+        self.runs = runs
+        self.rec = rec
+        self.local = local
+        self.stage = stage
+        self.front = front
+        self.summarize = summarize
+        self.finished = False
+
+    async def _end(self, events: list[dict[str, Any]], error: GatewayError | None) -> None:
+        if self.finished or self.local.lost:
+            return
+        self.finished = True
+        status = status_of(events[-1] if events else {}, error)
+        with trio.CancelScope(shield=True):
+            await self.runs.finish(self.rec, events, status, self.summarize(events))
+
+    async def crashed(self) -> None:
+        err = GatewayError(
+            "The run failed unexpectedly; the error was logged.", code="internal_error"
+        )
+        with trio.CancelScope(shield=True):
+            try:
+                await self._end(self.front.fail([], err, self.stage.manifest()), err)
+            except (StoreError, LeaseLost, ValueError):
+                log.exception("run %s: could not journal its failure", self.rec.id)
+
+    async def run(
+        self,
+        open_stream: Callable[[], Awaitable[httpx.Response]],
         opts: RelayOptions,
         before_complete: Callable[[], Awaitable[None]] | None,
     ) -> None:
+        front, stage, local = self.front, self.stage, self.local
         resp: httpx.Response | None = None
-        with local.scope:
+        with local.opening:
             try:
                 resp = await open_stream()
             except GatewayError as exc:
-                await self._finish(
-                    rec, front.start() + front.fail([], exc, stage.manifest()), summarize, exc
-                )
+                await self._end(front.start() + front.fail([], exc, stage.manifest()), exc)
                 return
-        if resp is None:  # stopped while waiting for the upstream
-            await self._finish(rec, front.start() + front.cancel([], stage.manifest()), summarize)
+        if resp is None:
+            if not local.lost:
+                await self._end(front.start() + front.cancel([], stage.manifest()), None)
             return
+        await trio.to_thread.run_sync(
+            lambda: self.runs.store.update_run(self.rec.id, self.runs.holder, status="running")
+        )
+        await self._relay(resp, opts, before_complete)
 
+    async def _relay(
+        self,
+        resp: httpx.Response,
+        opts: RelayOptions,
+        before_complete: Callable[[], Awaitable[None]] | None,
+    ) -> None:
         async def on_outcome(outcome: object) -> None:
             if outcome == "completed" and before_complete is not None:
                 await before_complete()
 
-        opts = dataclasses.replace(opts, on_outcome=on_outcome, join=_concat)
-        source = SSESource.from_response(resp, max_event_bytes=self._max_event_bytes)
-        relay: Relay[Any, Event, list[dict[str, Any]]] = Relay(source, stage, front, opts)
-        local.relay = relay
-        if local.stop_requested:
+        def full() -> GatewayError | None:
+            return RunLogFull() if getattr(self.front, "overflowed", False) else None
+
+        opts = dataclasses.replace(opts, on_outcome=on_outcome, join=_concat, check=full)
+        source = SSESource.from_response(resp, max_event_bytes=self.runs._max_event_bytes)
+        relay: Relay[Any, Event, list[dict[str, Any]]] = Relay(source, self.stage, self.front, opts)
+        self.local.relay = relay
+        if self.local.stop_requested:
             relay.stop(CANCELLED)
         terminal: list[dict[str, Any]] = []
         async with relay as batches:
@@ -413,72 +429,9 @@ class Runs:
                 if _ends(batch):
                     terminal = batch
                     break
-                await self._append(rec, batch)
-                local.logged += len(batch)
-                if local.logged >= self.max_events:
-                    relay.stop(LOG_FULL())  # the journal keeps at most one batch more
+                await self.runs.append(self.rec, batch)
+                self.local.logged += len(batch)
+                if self.local.logged > self.runs.max_events:  # fronts without a bound
+                    relay.stop(RunLogFull())
         outcome = relay.outcome
-        await self._finish(
-            rec, terminal, summarize, outcome if isinstance(outcome, GatewayError) else None
-        )
-
-    async def _finish(
-        self,
-        rec: RunRecord,
-        events: list[dict[str, Any]],
-        summarize: Summarize,
-        error: GatewayError | None = None,
-    ) -> None:
-        """Journal the last events and the run's final status (status from the terminal)."""
-        await self._append(rec, events)
-        status = _status(events[-1] if events else {}, error)
-        summary = summarize(rec, events)
-        await trio.to_thread.run_sync(self.journal.finish_run, rec.id, status, summary)
-        rec.status = status
-        if events:
-            self.bus.published(rec.id, _seq(events[-1]))
-
-    async def stop(self, rec: RunRecord) -> None:
-        """Ask the run to stop (this process) and wait a little for its end."""
-        local = self._local.get(rec.id)
-        if local is None:
-            return
-        local.stop_requested = True
-        if local.relay is not None:
-            local.relay.stop(CANCELLED)
-        else:
-            local.scope.cancel()
-        with trio.move_on_after(5):
-            while rec.id in self._local:
-                await self.bus.wait_beyond(rec.id, -1, 0.05)
-
-    def follow(
-        self, rec: RunRecord, after: int, opts: RelayOptions, draining: trio.Event | None
-    ) -> Relay[Any, Any, bytes]:
-        """The relay that streams a run's journal to a client (SSE)."""
-        from gateway.fronts.responses import response_sse
-
-        encode = response_sse if rec.kind == "response" else run_sse
-        source = JournalSource(self, rec.id, after, draining=draining)
-        # the run's own relay bounds the upstream's silence; a follower only waits
-        opts = dataclasses.replace(
-            opts, draining=None, first_byte_seconds=None, idle_timeout_seconds=math.inf
-        )
-        return Relay(source, FollowStage(), SSEFollowFront(encode), opts)
-
-
-def _ends(batch: list[dict[str, Any]]) -> bool:
-    return bool(batch) and event_name(batch[-1]) in TERMINALS
-
-
-def _status(terminal: dict[str, Any], error: GatewayError | None) -> str:
-    from gateway.errors import Interrupted
-
-    name = event_name(terminal)
-    if name in ("run.completed", "response.completed"):
-        return "completed"
-    if name == "response.incomplete":
-        return "incomplete"
-    if name in ("run.cancelled", "response.cancelled"):
-        return "cancelled"
-    return "interrupted" if isinstance(error, Interrupted) else "failed"
+        await self._end(terminal, outcome if isinstance(outcome, GatewayError) else None)

@@ -31,6 +31,7 @@ import trio
 from gateway.app import create_app
 from gateway.config import Config, config_from_dict
 from gateway.demo_upstream import DemoUpstreamApp, create_demo_upstream_app, serve_demo_upstream
+from gateway.pipeline import PipelineSettings
 from gateway.proxy import create_proxy_app
 from gateway.server import serve_app
 from gateway.store import Store, open_store
@@ -103,8 +104,11 @@ async def start_gateway(
     *,
     transport: httpx.AsyncBaseTransport | None = None,
     customize: Callable[[Any], None] | None = None,
+    settings: PipelineSettings | None = None,
 ) -> Gateway:
-    app = create_app(config, upstream_transport=transport)
+    """The API server on real hypercorn; ``settings`` replaces its pipeline settings
+    (``harness.nothing.NOTHING_FOUND``: rewriting off, to prove a leak check can fail)."""
+    app = create_app(config, upstream_transport=transport, settings=settings)
     if customize is not None:
         customize(app)
     urls: list[str] = await nursery.start(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -52,3 +53,30 @@ def assert_no_demo_folders(text: str, files: DemoFiles) -> None:
     for part in folder_parts(files):
         assert part not in text, part
     assert HOST_PATH_RE.search(text) is None, HOST_PATH_RE.search(text)
+
+
+@dataclass(frozen=True)
+class RunView:
+    """A journaled run as the tests look at it (read from the store)."""
+
+    id: str
+    owner: str
+    link_mode: str
+    status: str
+    events: list[dict[str, Any]]
+
+    @property
+    def output(self) -> list[str]:
+        return [e["delta"] for e in self.events if e.get("event") == "message.delta"]
+
+
+def journaled_runs(store: Any) -> list[RunView]:
+    """Every run in an SQLite store, oldest first (test-only: reads the table itself)."""
+    with store._lock:
+        rows = store._conn.execute("SELECT id, owner FROM runs ORDER BY created, rowid").fetchall()
+    views = []
+    for run_id, owner in rows:
+        rec = store.get_run(run_id, owner)
+        events = store.read_run_events(run_id, 0, 100_000)
+        views.append(RunView(run_id, owner, rec.link_mode, rec.status, events))
+    return views

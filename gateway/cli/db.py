@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from gateway.cli.common import add_config_option, err
+from gateway.cli.common import add_config_option, err, help_text
 from gateway.errors import ConfigError
 
 
@@ -104,13 +104,30 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    db = sub.add_parser("db", help="the state store: schema upgrade and health check")
-    dsub = db.add_subparsers(dest="db_command", required=True)
-    upgrade = dsub.add_parser("upgrade", help="apply missing schema migrations")
+    db = sub.add_parser(
+        "db",
+        **help_text(
+            "upgrade or check the state store (SQLite or PostgreSQL)",
+            "gateway db check --config gateway.toml",
+            "gateway db upgrade --config gateway.toml",
+        ),
+    )
+    dsub = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
+    upgrade = dsub.add_parser(
+        "upgrade",
+        **help_text(
+            "apply missing schema migrations (PostgreSQL: before a rolling restart)",
+            "gateway db upgrade --config gateway.toml",
+        ),
+    )
     add_config_option(upgrade)
     upgrade.set_defaults(func=_cmd_upgrade)
     check = dsub.add_parser(
-        "check", help="backend, schema version, connectivity, writability (exit 0/1)"
+        "check",
+        **help_text(
+            "report backend, schema version, connectivity and writability (exit 0 or 1)",
+            "gateway db check --config gateway.toml --json",
+        ),
     )
     add_config_option(check)
     check.add_argument("--json", action="store_true", help="one JSON object")

@@ -17,7 +17,20 @@ import json
 from typing import Any
 
 from gateway.errors import GatewayError, RequestError
-from gateway.events import Event, Extra, Finish, Logprobs, Meta, Named, Role, Text, ToolCall, Usage
+from gateway.events import (
+    BOUNDARY,
+    Boundary,
+    Event,
+    Extra,
+    Finish,
+    Logprobs,
+    Meta,
+    Named,
+    Role,
+    Text,
+    ToolCall,
+    Usage,
+)
 from gateway.sse import DONE, encode_comment, encode_json
 
 __all__ = [
@@ -44,6 +57,7 @@ SAMPLING_KEYS = (
 GATEWAY_BODY_KEYS = ("download_link_mode", "session_id")
 
 _JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_FAST_TAIL = b'},"finish_reason":null}]}\n\n'
 
 
 def validate_chat_body(body: dict[str, Any]) -> bool:
@@ -175,11 +189,17 @@ class ChatEncoder:
         return encode_comment()
 
     def encode(self, events: list[Event]) -> bytes:
-        if all(type(e) is Text and e.choice == 0 and e.channel == "content" for e in events):
+        if all(
+            type(e) is Boundary or (type(e) is Text and e.choice == 0 and e.channel == "content")
+            for e in events
+        ):
             return self._fast(events)  # the common batch: content deltas of choice 0
         parts: list[bytes] = []
         chunk: _Chunk | None = None
         for ev in events:
+            if type(ev) is Boundary:
+                chunk = self._flush(chunk, parts)
+                continue
             if type(ev) is Meta:
                 self.meta = ev
                 self._prefix = None
@@ -217,17 +237,24 @@ class ChatEncoder:
             parts.append(encode_json(chunk.to_dict()))
 
     def _fast(self, events: list[Event]) -> bytes:
-        if not events:
-            return b""
-        texts = [e.text for e in events if type(e) is Text]
-        text = texts[0] if len(texts) == 1 else "".join(texts)
-        self._seen.add(0)
-        self.content.setdefault(0, []).append(text)
+        """Content deltas of choice 0: one chunk per upstream chunk, from a template."""
         if self._prefix is None:
             head = _JSON.encode(chunk_dict(self.meta, [], {}))[:-3]  # without `[]}`
             self._prefix = ("data: " + head + '[{"index":0,"delta":{"content":').encode()
-        body = _JSON.encode(text).encode("utf-8", "backslashreplace")
-        return self._prefix + body + b'},"finish_reason":null}]}\n\n'
+        parts: list[bytes] = []
+        texts: list[str] = []
+        for ev in (*events, BOUNDARY):
+            if type(ev) is Text:
+                texts.append(ev.text)
+            elif texts:
+                text = texts[0] if len(texts) == 1 else "".join(texts)
+                texts.clear()
+                self.content.setdefault(0, []).append(text)
+                body = _JSON.encode(text).encode("utf-8", "backslashreplace")
+                parts.append(self._prefix + body + _FAST_TAIL)
+        if parts:
+            self._seen.add(0)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     # -- the end ---------------------------------------------------------------------
 
@@ -246,10 +273,16 @@ class ChatEncoder:
 
     def fail(self, events: list[Event], error: GatewayError, manifest: dict[str, Any]) -> bytes:
         """Failure: held text (names only), one final chunk with the error, ``[DONE]``."""
-        head = self.encode(events)
+        text = [e for e in events if type(e) is Text]
+        head = self.encode([e for e in events if type(e) is not Text])
+        for ev in text:
+            self._note(ev)
         finishes = {e.choice: e.reason for e in self._held if type(e) is Finish}
         reasons = {idx: finishes.get(idx, "error") for idx in sorted(self._seen | {0})}
         final = self._finish_chunk(reasons)
+        for ev in text:  # what was held goes out in the final chunk (file names only)
+            delta = final["choices"][sorted(reasons).index(ev.choice)]["delta"]
+            delta[ev.channel] = delta.get(ev.channel, "") + ev.text
         final["error"] = error.error_object()
         final["gateway"] = manifest
         return head + encode_json(final) + DONE

@@ -29,6 +29,7 @@ from gateway.sse import encode_comment, encode_json
 
 __all__ = [
     "ResponsesEncoder",
+    "ResponsesJournalFront",
     "chat_messages_from_input",
     "new_response_id",
     "response_sse",
@@ -167,8 +168,14 @@ class _Call:
 
 
 def response_sse(objs: list[dict[str, Any]]) -> bytes:
-    """Responses event objects as SSE (``event: <type>`` + one-line JSON)."""
-    return b"".join(encode_json(o, event=o["type"]) for o in objs)
+    """Responses event objects as SSE (``event: <type>`` + one-line JSON; a journal's
+    ``seq`` is not part of the protocol and is left out)."""
+    return b"".join(
+        encode_json(
+            {k: v for k, v in o.items() if k != "seq"} if "seq" in o else o, event=o["type"]
+        )
+        for o in objs
+    )
 
 
 class ResponsesEncoder:
@@ -378,3 +385,38 @@ class ResponsesEncoder:
 
     def text(self) -> str:
         return "".join(self._text)
+
+
+class ResponsesJournalFront:
+    """:class:`ResponsesEncoder` for a background response: event objects for the journal,
+    each with the journal's ``seq`` (``sequence_number`` + 1, so that ``starting_after=N``
+    is the journal position ``N + 1``)."""
+
+    def __init__(self, enc: ResponsesEncoder) -> None:
+        self.enc = enc
+
+    @staticmethod
+    def _journaled(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for o in objs:
+            o["seq"] = o["sequence_number"] + 1
+        return objs
+
+    def start(self) -> list[dict[str, Any]]:
+        return self._journaled(self.enc.start_events())
+
+    def keepalive(self) -> list[dict[str, Any]]:
+        return []
+
+    def encode(self, events: list[Event]) -> list[dict[str, Any]]:
+        return self._journaled(self.enc.events(events))
+
+    def end(self, events: list[Event], manifest: dict[str, Any]) -> list[dict[str, Any]]:
+        return self._journaled(self.enc.end_events(events, manifest))
+
+    def fail(
+        self, events: list[Event], error: GatewayError, manifest: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        return self._journaled(self.enc.fail_events(events, error, manifest))
+
+    def cancel(self, events: list[Event], manifest: dict[str, Any]) -> list[dict[str, Any]]:
+        return self._journaled(self.enc.cancel_events(events, manifest))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.errors import GatewayError, Interrupted, RequestError
+from gateway.errors import GatewayError, Interrupted, RequestError, RunLogFull
 from gateway.events import Event, Finish, Text, ToolCall, Usage
 from gateway.fronts.chat import SAMPLING_KEYS
 from gateway.sse import encode_json
@@ -68,13 +68,23 @@ def run_sse(events: list[dict[str, Any]]) -> bytes:
 class RunEncoder:
     """Encodes one run's neutral events into run events; ``output`` is the text so far."""
 
-    def __init__(self, run_id: str, model: str, *, first_seq: int = 1) -> None:
+    def __init__(
+        self, run_id: str, model: str, *, first_seq: int = 1, max_events: int | None = None
+    ) -> None:
         self.run_id = run_id
         self.model = model
         self.seq = first_seq
+        self.max_events = max_events
+        #: an event was dropped because the log is full (``output`` has only what was kept)
+        self.overflowed = False
         self.output: list[str] = []
         self.usage: dict[str, Any] | None = None
         self._tools: dict[int, dict[str, Any]] = {}
+
+    def _room(self) -> bool:
+        if self.max_events is not None and self.seq > self.max_events:
+            self.overflowed = True
+        return not self.overflowed
 
     def _ev(self, event: str, **fields: Any) -> dict[str, Any]:
         obj = {"event": event, "run_id": self.run_id, "seq": self.seq, **fields}
@@ -105,15 +115,17 @@ class RunEncoder:
         return out
 
     def _flush(self, text: list[str], out: list[dict[str, Any]]) -> None:
-        if text:
+        if text and self._room():
             joined = "".join(text)
-            text.clear()
             self.output.append(joined)
             out.append(self._ev("message.delta", delta=joined))
+        text.clear()
 
     def _tool(self, ev: ToolCall, out: list[dict[str, Any]]) -> None:
         state = self._tools.get(ev.index)
         if state is None:
+            if not self._room():
+                return
             call_id = ev.id or f"call_{ev.index}"
             state = {"id": call_id, "name": ev.name or "", "arguments": [], "done": False}
             self._tools[ev.index] = state
@@ -123,7 +135,7 @@ class RunEncoder:
 
     def _complete_tools(self, out: list[dict[str, Any]]) -> None:
         for state in self._tools.values():
-            if not state["done"]:
+            if not state["done"] and self._room():
                 state["done"] = True
                 out.append(
                     self._ev(
@@ -140,6 +152,8 @@ class RunEncoder:
         return out
 
     def end(self, events: list[Event], manifest: dict[str, Any]) -> list[dict[str, Any]]:
+        if self.overflowed:  # the log filled up in the stream's last read
+            return self.fail(events, RunLogFull(), manifest)
         out = self._closing(events)
         out.append(
             self._ev(

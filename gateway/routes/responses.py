@@ -22,6 +22,7 @@ from gateway.auth import Caller, effective_link_mode
 from gateway.errors import NotFound, RequestError
 from gateway.fronts.responses import (
     ResponsesEncoder,
+    ResponsesJournalFront,
     new_response_id,
     upstream_responses_body,
     validate_responses_body,
@@ -34,9 +35,9 @@ from gateway.routes._common import (
     relay_response,
     stream_pipeline,
 )
-from gateway.runs import RunRecord
 from gateway.sessions import session_id_from
 from gateway.state import GatewayState, current
+from gateway.store import RunRecord
 from gateway.web import json_response
 
 bp = Blueprint("responses", __name__)
@@ -139,12 +140,12 @@ async def _background(
     stream: bool,
 ) -> Response:
     front = ResponsesEncoder(rid, b["model"], background=True)
-    rec = RunRecord(rid, caller.owner, b["model"], mode, kind=KIND)
+    rec = st.runs.record(rid, caller.owner, KIND, b["model"], mode)
     await st.runs.create(rec)
     pipeline = st.pipeline(st.resolver(caller.owner, mode, names_only=caller.names_only))
     ubody = upstream_responses_body(b, messages, pid, stream=True)
 
-    def summarize(r: RunRecord, events: list[dict[str, Any]]) -> dict[str, Any]:
+    def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         return {"response": front.final}
 
     async def before_complete() -> None:
@@ -155,40 +156,15 @@ async def _background(
         rec,
         partial(st.upstream.open_chat_stream, ubody, pid),
         pipeline,
-        _BackgroundFront(front),
+        ResponsesJournalFront(front),
         summarize,
         st.relay_options(),
         before_complete,
     )
     if stream:
-        relay = st.runs.follow(rec, -1, st.relay_options(), st.draining)
+        relay = st.runs.follow(rec, 0, st.relay_options())
         return relay_response(st, ROUTE, relay)
     return json_response(front.envelope("queued"))
-
-
-class _BackgroundFront:
-    """:class:`ResponsesEncoder` producing journal event objects (not bytes)."""
-
-    def __init__(self, enc: ResponsesEncoder) -> None:
-        self.enc = enc
-
-    def start(self) -> list[dict[str, Any]]:
-        return self.enc.start_events()
-
-    def keepalive(self) -> list[dict[str, Any]]:
-        return []
-
-    def encode(self, events: list[Any]) -> list[dict[str, Any]]:
-        return self.enc.events(events)
-
-    def end(self, events: list[Any], manifest: dict[str, Any]) -> list[dict[str, Any]]:
-        return self.enc.end_events(events, manifest)
-
-    def fail(self, events: list[Any], error: Any, manifest: dict[str, Any]) -> list[dict[str, Any]]:
-        return self.enc.fail_events(events, error, manifest)
-
-    def cancel(self, events: list[Any], manifest: dict[str, Any]) -> list[dict[str, Any]]:
-        return self.enc.cancel_events(events, manifest)
 
 
 def _starting_after() -> int:
@@ -209,12 +185,12 @@ async def get_response(response_id: str) -> Response:
     doc = await trio.to_thread.run_sync(st.store.get_json, KIND, caller.owner, response_id)
     if request.args.get("stream") == "true":
         rec = await _background_run(st, caller.owner, response_id)
-        relay = st.runs.follow(rec, _starting_after(), st.relay_options(), st.draining)
+        relay = st.runs.follow(rec, _starting_after() + 1, st.relay_options())
         return relay_response(st, ROUTE + "/{id}", relay)
     if doc is not None:
         return json_response(doc["response"])
     rec = await _background_run(st, caller.owner, response_id)
-    final = rec.summary.get("response") if rec.done else None
+    final = rec.summary.get("response") if rec.finished else None
     if isinstance(final, dict):
         return json_response(final)
     env = ResponsesEncoder(rec.id, rec.model, created_at=int(rec.created), background=True)
@@ -233,7 +209,7 @@ async def cancel_response(response_id: str) -> Response:
     st = current()
     caller = authenticate()
     rec = await _background_run(st, caller.owner, response_id)
-    if not rec.done:
+    if not rec.finished:
         await st.runs.stop(rec)
         rec = await _background_run(st, caller.owner, response_id)
     final = rec.summary.get("response")

@@ -12,9 +12,10 @@ from gateway.errors import RequestError
 from gateway.fronts.runs import RunEncoder, run_messages, upstream_run_body
 from gateway.history import prepare_messages
 from gateway.routes._common import authenticate, body, relay_response
-from gateway.runs import RunRecord, new_run_id
+from gateway.runs import new_run_id
 from gateway.sessions import session_id_from
 from gateway.state import GatewayState, current
+from gateway.store import RunRecord
 from gateway.web import json_response
 
 bp = Blueprint("runs", __name__)
@@ -37,20 +38,18 @@ async def _model(st: GatewayState, b: dict[str, Any]) -> str:
 
 
 def summary(rec: RunRecord, events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """``GET /v1/runs/{id}``: the record, with output and last_seq (from ``events`` if running)."""
+    """``GET /v1/runs/{id}``: the record, with the output so far (``events``) if running."""
     s = dict(rec.summary)
-    status = rec.status
-    if events is not None and not rec.done:
-        status = "running" if events else "queued"
+    if events is not None and not rec.finished:
         s["output"] = "".join(
             e.get("delta", "") for e in events if e.get("event") == "message.delta"
         )
-        s["last_seq"] = events[-1]["seq"] if events else 0
+    s["last_seq"] = rec.last_seq
     return {
         "id": rec.id,
         "run_id": rec.id,
         "object": "run",
-        "status": status,
+        "status": rec.status,
         "model": rec.model,
         "created": int(rec.created),
         "finished_at": int(rec.finished_at) if rec.finished_at else None,
@@ -62,7 +61,7 @@ def summary(rec: RunRecord, events: list[dict[str, Any]] | None = None) -> dict[
     }
 
 
-def _summarize(rec: RunRecord, events: list[dict[str, Any]]) -> dict[str, Any]:
+def _summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
     last = events[-1] if events else {}
     return {
         "output": last.get("output", ""),
@@ -85,10 +84,10 @@ async def start_run() -> Response:
     messages = await prepare_messages(st, caller.owner, [*history, *new])
     pid = st.signer.principal_id(caller.owner)
     ubody = upstream_run_body(b, model, messages, pid)
-    rec = RunRecord(new_run_id(), caller.owner, model, mode)
+    rec = st.runs.record(new_run_id(), caller.owner, "run", model, mode)
     await st.runs.create(rec)
     pipeline = st.pipeline(st.resolver(caller.owner, mode, names_only=caller.names_only))
-    front = RunEncoder(rec.id, model)
+    front = RunEncoder(rec.id, model, max_events=st.runs.max_events)
 
     async def before_complete() -> None:
         if sid is not None:
@@ -112,7 +111,7 @@ async def get_run(run_id: str) -> Response:
     st = current()
     caller = authenticate()
     rec = await st.runs.get(run_id, caller.owner, kind="run")
-    events = None if rec.done else await st.runs.read_events(rec.id, 0, st.runs.max_events + 10)
+    events = None if rec.finished else await st.runs.read_events(rec.id, 0, st.runs.max_events + 10)
     return json_response(summary(rec, events))
 
 
@@ -123,7 +122,7 @@ async def stop_run(run_id: str) -> Response:
     rec = await st.runs.get(run_id, caller.owner, kind="run")
     await st.runs.stop(rec)
     rec = await st.runs.get(run_id, caller.owner, kind="run")
-    events = None if rec.done else await st.runs.read_events(rec.id, 0, st.runs.max_events + 10)
+    events = None if rec.finished else await st.runs.read_events(rec.id, 0, st.runs.max_events + 10)
     return json_response(summary(rec, events))
 
 
@@ -137,5 +136,5 @@ async def run_events(run_id: str) -> Response:
         raise RequestError(
             "Last-Event-ID must be a run event sequence number.", code="invalid_last_event_id"
         )
-    relay = st.runs.follow(rec, int(raw), st.relay_options(), st.draining)
+    relay = st.runs.follow(rec, int(raw), st.relay_options())
     return relay_response(st, ROUTE + "/{id}/events", relay)

@@ -57,7 +57,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from gateway.errors import GatewayError
+from gateway.errors import LeaseLost, StoreError
 
 __all__ = [
     "INTERRUPTED_ERROR",
@@ -86,21 +86,6 @@ INTERRUPTED_ERROR: dict[str, str] = {
 }
 #: the PostgreSQL NOTIFY channel of run journal appends (payload ``<run_id>:<seq>``)
 RUNS_CHANNEL = "gateway_runs"
-
-
-class StoreError(GatewayError):
-    """The state store failed (disk, lock, network, server down); retry later."""
-
-    code = "store_unavailable"
-    status = 503
-
-
-class LeaseLost(GatewayError):
-    """The caller no longer holds the run's lease (another instance interrupted it, or it
-    is finished): stop running it, send nothing more."""
-
-    code = "run_lease_lost"
-    status = 409
 
 
 @dataclass(frozen=True, slots=True)

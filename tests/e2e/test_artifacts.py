@@ -341,11 +341,14 @@ async def test_private_link_is_the_owners_only(gw: GW, files: DemoFiles) -> None
     assert_json_error(await gw.get(bogus), 404, "artifact_not_found")
     assert_json_error(await gw.get(bogus, key=None), 401, "missing_api_key")
 
-    # the proxy acts for whoever it asserts
-    as_alice = await gw.get(url, key=PROXY_KEY, **{"X-Gateway-Owner": "alice"})
-    assert as_alice.status_code == 200 and as_alice.content == data
+    # the proxy acts only for owners in its namespace (openwebui:...): never for alice
     assert_json_error(
-        await gw.get(url, key=PROXY_KEY, **{"X-Gateway-Owner": "bob"}), 404, "artifact_not_found"
+        await gw.get(url, key=PROXY_KEY, **{"X-Gateway-Owner": "alice"}), 403, "forbidden_owner"
+    )
+    assert_json_error(
+        await gw.get(url, key=PROXY_KEY, **{"X-Gateway-Owner": "openwebui:alice"}),
+        404,
+        "artifact_not_found",
     )
     assert_json_error(await gw.get(url, key=PROXY_KEY), 404, "artifact_not_found")
     # a user key may not assert an owner
@@ -359,18 +362,34 @@ async def test_private_link_is_the_owners_only(gw: GW, files: DemoFiles) -> None
 
 
 async def test_proxy_asserting_owner_mints_for_that_owner(gw: GW, files: DemoFiles) -> None:
-    url = await mint_one(gw, files.plot_png, key=PROXY_KEY, headers={"X-Gateway-Owner": "alice"})
+    as_carol = {"X-Gateway-Owner": "openwebui:carol"}
+    url = await mint_one(gw, files.plot_png, key=PROXY_KEY, headers=as_carol)
     rec = gw.record(url)
-    assert rec.owner == "alice" and rec.link_mode == "private"
-    assert (await gw.get(url)).content == files.plot_png.read_bytes()  # alice's own key
+    assert rec.owner == "openwebui:carol" and rec.link_mode == "private"
+    got = await gw.get(url, key=PROXY_KEY, **as_carol)
+    assert got.content == files.plot_png.read_bytes()
+    assert (await gw.get(url)).status_code == 404  # alice's key: another principal
     assert (await gw.get(url, key=BOB_KEY)).status_code == 404
     assert (await gw.get(url, key=PROXY_KEY)).status_code == 404  # owui-proxy itself
+    other = {"X-Gateway-Owner": "openwebui:dave"}
+    assert (await gw.get(url, key=PROXY_KEY, **other)).status_code == 404
+
+
+async def test_proxy_key_is_limited_to_its_namespace(gw: GW, files: DemoFiles) -> None:
+    """A proxy key may assert owners under its owner_prefix only (default openwebui:)."""
+    for owner in ("alice", "bob", "openwebui:", "openwebuiX:alice", "owui-proxy"):
+        res = await gw.chat(
+            f"Saved to {files.plot_png}.", key=PROXY_KEY, headers={"X-Gateway-Owner": owner}
+        )
+        assert res.status == 403 and res.error["code"] == "forbidden_owner", owner
+    assert gw.transport.requests == []
 
 
 async def test_list_shows_only_the_callers_artifacts(gw: GW, files: DemoFiles) -> None:
     a1 = await mint_one(gw, files.report_pdf)
     a2 = await mint_one(gw, files.plot_png, body={"download_link_mode": "public"})
-    a3 = await mint_one(gw, files.results_csv, key=PROXY_KEY, headers={"X-Gateway-Owner": "alice"})
+    carol = {"X-Gateway-Owner": "openwebui:carol"}
+    a3 = await mint_one(gw, files.results_csv, key=PROXY_KEY, headers=carol)
     b1 = await mint_one(gw, files.report_pdf, key=BOB_KEY)
     assert gw.record(b1).owner == "bob"
 
@@ -383,18 +402,14 @@ async def test_list_shows_only_the_callers_artifacts(gw: GW, files: DemoFiles) -
         return data
 
     alice = await listing(ALICE_KEY)
-    assert {d["url"] for d in alice} == {a1, a2, a3}
-    assert {d["filename"] for d in alice} == {"report.pdf", "plot.png", "results.csv"}
+    assert {d["url"] for d in alice} == {a1, a2}
+    assert {d["filename"] for d in alice} == {"report.pdf", "plot.png"}
     assert all("path" not in d for d in alice)
     by_url = {d["url"]: d for d in alice}
     assert by_url[a2]["link_mode"] == "public" and by_url[a2]["expires"] == T0 + TTL
     assert by_url[a1]["expires"] is None and by_url[a1]["revoked"] is False
     assert {d["url"] for d in await listing(BOB_KEY)} == {b1}
-    assert {d["url"] for d in await listing(PROXY_KEY, **{"X-Gateway-Owner": "alice"})} == {
-        a1,
-        a2,
-        a3,
-    }
+    assert {d["url"] for d in await listing(PROXY_KEY, **carol)} == {a3}
     assert await listing(PROXY_KEY) == []
     assert_json_error(await gw.get("/v1/artifacts", key=None), 401, "missing_api_key")
 
@@ -405,7 +420,7 @@ async def test_delete_revokes_for_the_owner_only(gw: GW, files: DemoFiles) -> No
     for url in (priv, pub):
         assert_json_error(await gw.delete(url, key=BOB_KEY), 404, "artifact_not_found")
         assert_json_error(
-            await gw.delete(url, key=PROXY_KEY, **{"X-Gateway-Owner": "bob"}),
+            await gw.delete(url, key=PROXY_KEY, **{"X-Gateway-Owner": "openwebui:bob"}),
             404,
             "artifact_not_found",
         )
@@ -927,7 +942,7 @@ async def test_link_mode_precedence(
     default: str,
 ) -> None:
     gw = await start_gw(nursery, tmp_path, seen, artifacts={"default_link_mode": default})
-    headers = {"X-Gateway-Owner": "alice"}
+    headers = {"X-Gateway-Owner": "openwebui:alice"}
     if header != ABSENT:
         headers["X-Gateway-Link-Mode"] = "Public" if header == INVALID else header
     body: dict[str, Any] = {}
@@ -948,7 +963,7 @@ async def test_link_mode_precedence(
     (url,) = res.links
     assert ("?exp=" in url and "&sig=" in url) == (expected == "public")
     assert res.manifest["artifacts"][0]["link_mode"] == expected
-    assert gw.record(url).link_mode == expected and gw.record(url).owner == "alice"
+    assert gw.record(url).link_mode == expected and gw.record(url).owner == "openwebui:alice"
 
 
 @pytest.mark.parametrize(

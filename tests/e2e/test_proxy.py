@@ -35,8 +35,8 @@ import trio
 
 from gateway.demo_upstream import MODELS, WINDOWS_PATH, DemoFiles
 from gateway.proxy import PRIVATE_NOTE
-from gateway.runs import Run
 from gateway.sse import DONE, SSEDecoder, encode_json
+from harness.nothing import NOTHING_FOUND
 from harness.transport import Scripted, ScriptedTransport
 from tests.conftest import (
     ALICE_KEY,
@@ -51,7 +51,7 @@ from tests.conftest import (
     start_gateway,
     start_proxy,
 )
-from tests.helpers import SDK_WARNINGS
+from tests.helpers import SDK_WARNINGS, RunView, journaled_runs
 
 CHAT = "/v1/chat/completions"
 JWT_SECRET = "owui-shared-jwt-secret-0123456789"
@@ -84,9 +84,9 @@ class Chain:
     def files(self) -> DemoFiles:
         return self.upstream.app.demo_files
 
-    def runs(self) -> list[Run]:
-        """Every run the gateway started (its in-memory registry; test-only access)."""
-        return list(self.gateway.app.gateway.runs._runs.values())
+    def runs(self) -> list[RunView]:
+        """Every run the gateway journaled, oldest first (read from its store)."""
+        return journaled_runs(self.gateway.app.gateway.store)
 
     def owner_of(self, artifact_id: str) -> str:
         rec = self.gateway.app.gateway.store.get_artifact(artifact_id)
@@ -107,14 +107,14 @@ async def start_chain(
     *,
     chunk_delay: float = 0.0,
     proxy: dict[str, Any] | None = None,
-    customize: Callable[[Any], None] | None = None,
+    settings: Any = None,
     **overrides: Any,
 ) -> Chain:
     """A chain with its own settings; ``overrides`` go to both configs (one TOML file in
     production), ``proxy`` to the proxy's ``[proxy]`` section only."""
     up = await start_demo_upstream(nursery, tmp_path, chunk_delay=chunk_delay)
     gw = await start_gateway(
-        nursery, make_config(tmp_path, up.url + "/v1", **overrides), customize=customize
+        nursery, make_config(tmp_path, up.url + "/v1", **overrides), settings=settings
     )
     px = await start_proxy(
         nursery, proxy_config(tmp_path, up.url + "/v1", gw.url, proxy=proxy, **overrides)
@@ -802,10 +802,8 @@ async def test_defence_in_depth_gateway_rewriting_disabled(
     carry the raw paths; the proxy's own name-only rewriter still lets only file names
     through to Open WebUI."""
 
-    def no_rewriting(app: Any) -> None:
-        app.gateway.rewrite_enabled = False
 
-    ch = await start_chain(nursery, tmp_path, customize=no_rewriting)
+    ch = await start_chain(nursery, tmp_path, settings=NOTHING_FOUND)
     owner = "openwebui:" + USER_A
     async with ch.proxy.client(key=None) as c:
         got = await owui_stream(c, owui_body(), owui_headers(USER_A))
@@ -874,10 +872,8 @@ async def test_defence_in_depth_knows_configured_mounts(
     (tmp_path / "artifacts" / "team-secret").mkdir(parents=True)
     (tmp_path / "artifacts" / "team-secret" / "report.pdf").write_bytes(b"%PDF-1.4 tiny")
 
-    def no_rewriting(app: Any) -> None:
-        app.gateway.rewrite_enabled = False
 
-    gw = await start_gateway(nursery, cfg, transport=transport, customize=no_rewriting)
+    gw = await start_gateway(nursery, cfg, transport=transport, settings=NOTHING_FOUND)
     px = await start_proxy(
         nursery,
         proxy_config(tmp_path, "http://127.0.0.1:9/v1", gw.url, artifacts=artifacts),

@@ -54,6 +54,7 @@ from openai.types.responses import (
 from gateway.demo_upstream import DemoFiles, demo_long_delta
 from gateway.signing import new_artifact_id
 from gateway.sse import DONE, SSEDecoder, SSEEvent, encode_json
+from harness.nothing import NOTHING_FOUND
 from harness.transport import Scripted, ScriptedTransport, split_at, split_every
 from tests.conftest import (
     ALICE_KEY,
@@ -488,11 +489,9 @@ async def test_split_path_check_is_not_vacuous(nursery: trio.Nursery, tmp_path: 
     chunks = per_event(split_body(report, 5))
     transport = ScriptedTransport(lambda req: Scripted(chunks))
 
-    def no_rewrite(app: Any) -> None:
-        app.gateway.rewrite_enabled = False
 
     gw = await start_gateway(
-        nursery, make_config(tmp_path, SCRIPTED_URL), transport=transport, customize=no_rewrite
+        nursery, make_config(tmp_path, SCRIPTED_URL), transport=transport, settings=NOTHING_FOUND
     )
     async with gw.client() as c:
         got = await stream_response(c, {"model": "scripted", "input": "where is it?"})
@@ -940,7 +939,7 @@ async def test_invalid_session_id_is_400(
             assert got.json()["error"]["code"] == "invalid_session_id"
         assert (await c.get("/v1/sessions")).json()["data"] == []
     assert len(upstream.app.demo_log) == before  # refused before the upstream is called
-    assert gateway.app.gateway.runs.active() == []
+    assert gateway.app.gateway.runs.running_here() == []
 
 
 def slow_session_store(delay: float) -> Callable[[Any], None]:

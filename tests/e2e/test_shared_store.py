@@ -139,7 +139,9 @@ async def test_keys_rotate_and_retire_with_real_links(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     config_file = write_config(tmp_path)
-    gw = await start_gateway(nursery, make_config(tmp_path, "http://127.0.0.1:9/v1"))
+    gw = await start_gateway(
+        nursery, make_config(tmp_path, "http://127.0.0.1:9/v1", database_url=database)
+    )
     assert gw.app.gateway.store.backend == ("postgresql" if database else "sqlite")
     old_link = await mint(gw, "report.txt")
     old_kid = kid_of(old_link)
@@ -206,7 +208,10 @@ async def test_two_instances_share_links_revocations_and_sessions(
     configs = []
     for name in ("a", "b"):
         cfg = make_config(
-            tmp_path / name, upstream.url + "/v1", artifacts={"roots": [str(artifacts)]}
+            tmp_path / name,
+            upstream.url + "/v1",
+            artifacts={"roots": [str(artifacts)]},
+            database_url=pg_url,
         )
         configs.append(cfg)
     artifacts.mkdir(exist_ok=True)
@@ -254,7 +259,9 @@ async def test_readiness_shows_the_database_down(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("GATEWAY_DATABASE_URL", pg_url)
-    gw = await start_gateway(nursery, make_config(tmp_path, upstream.url + "/v1"))
+    gw = await start_gateway(
+        nursery, make_config(tmp_path, upstream.url + "/v1", database_url=pg_url)
+    )
     async with gw.client() as client:
         ready = await client.get("/health/ready")
         assert ready.status_code == 200 and ready.json()["checks"]["store"] == "ok"

@@ -382,20 +382,21 @@ async def test_run_maintenance_starts_and_stops(backend: Backend) -> None:
 
 
 def test_settings_from_config() -> None:
-    class Runs:
-        lease_seconds = 30
+    from gateway.config import config_from_dict
 
-    class Retention:
-        runs_seconds = 60
-        responses_seconds = 120
-        reaper_interval_seconds = 5
-
-    class Config:
-        runs = Runs()
-        retention = Retention()
-
-    assert MaintenanceSettings.from_config(object()) == MaintenanceSettings()
-    got = MaintenanceSettings.from_config(Config())
+    assert MaintenanceSettings.from_config(config_from_dict({})) == MaintenanceSettings()
+    got = MaintenanceSettings.from_config(
+        config_from_dict(
+            {
+                "runs": {"lease_seconds": 30},
+                "retention": {
+                    "runs_seconds": 60,
+                    "responses_seconds": 120,
+                    "reaper_interval_seconds": 5,
+                },
+            }
+        )
+    )
     assert got == MaintenanceSettings(30.0, 60.0, 120.0, 5.0)
     assert got.lease_interval == 10.0 and got.interruption_bound == 40.0
 
