@@ -80,3 +80,14 @@ def journaled_runs(store: Any) -> list[RunView]:
         events = store.read_run_events(run_id, 0, 100_000)
         views.append(RunView(run_id, owner, rec.link_mode, rec.status, events))
     return views
+
+
+def paths_for_links(text: str, manifest: dict[str, Any], files: DemoFiles) -> str:
+    """``text`` as the gateway sends it upstream on the next turn: every link of the
+    requester's own artifacts (markdown ``[name](url)`` or bare) back to its path."""
+    by_name = {p.name: str(p) for p in files.in_root}
+    for art in manifest["artifacts"]:
+        path = by_name[art["filename"]]
+        text = re.sub(r"\[[^\]\n]*\]\(" + re.escape(art["url"]) + r"\)", lambda m: path, text)
+        text = text.replace(art["url"], path)
+    return text

@@ -65,7 +65,13 @@ from tests.conftest import (
     start_demo_upstream,
     start_gateway,
 )
-from tests.helpers import HOST_PATH_RE, SDK_WARNINGS, assert_no_demo_folders, json_strings
+from tests.helpers import (
+    HOST_PATH_RE,
+    SDK_WARNINGS,
+    assert_no_demo_folders,
+    json_strings,
+    paths_for_links,
+)
 
 RESPONSES = "/v1/responses"
 RUNS = "/v1/runs"
@@ -541,8 +547,8 @@ async def test_store_previous_response_id_get_delete(gateway: Gateway, upstream:
         assert got.status_code == 200
         assert got.json() == r1  # the stored object is the completed one
 
-        # 2. a plain response chained on it: the upstream sees the first exchange
-        #    (with the rewritten reply, never a raw path), not the first instructions
+        # 2. a plain response chained on it: the upstream sees the first exchange, not
+        #    the first instructions; alice's own links are her files' paths again
         got = await c.post(
             RESPONSES,
             json={"model": "demo-long", "input": "And now?", "previous_response_id": r1["id"]},
@@ -551,12 +557,14 @@ async def test_store_previous_response_id_get_delete(gateway: Gateway, upstream:
         r2 = got.json()
         assert r2["output_text"] == LONG_TEXT
         sent = log[-1]["body"]["messages"]
+        upstream_reply = paths_for_links(reply, r1["gateway"], files)
         assert sent == [
             {"role": "user", "content": "Make me a report."},
-            {"role": "assistant", "content": reply},
+            {"role": "assistant", "content": upstream_reply},
             {"role": "user", "content": "And now?"},
         ]
-        assert_no_demo_folders(json.dumps(sent, ensure_ascii=False), files)
+        assert str(files.report_pdf) in upstream_reply
+        assert str(files.outside_txt.parent) not in upstream_reply  # only ever a name
 
         # 3. chains go on: the third request sees both exchanges
         got = await c.post(
@@ -572,7 +580,7 @@ async def test_store_previous_response_id_get_delete(gateway: Gateway, upstream:
         r3 = got.json()
         assert [m["content"] for m in log[-1]["body"]["messages"]] == [
             "Make me a report.",
-            reply,
+            upstream_reply,
             "And now?",
             LONG_TEXT,
             "More.",
@@ -867,14 +875,14 @@ async def test_session_continues_conversation(
 
         second = await ask(alice, front, "demo-long", "Thanks, and now?", "conv-1")
         assert second == LONG_TEXT
-        # the upstream sees the first turn and the *rewritten* reply, never a raw path
+        # the upstream sees the first turn with alice's own links as her files' paths
+        # (the agent can refer to them); what was a name stays a name
         sent = log[-1]["body"]["messages"]
-        assert sent == [
-            {"role": "user", "content": "Make me a report."},
-            {"role": "assistant", "content": reply},
-            {"role": "user", "content": "Thanks, and now?"},
-        ]
-        assert_no_demo_folders(json.dumps(sent, ensure_ascii=False), files)
+        assert sent[0] == {"role": "user", "content": "Make me a report."}
+        assert sent[2] == {"role": "user", "content": "Thanks, and now?"}
+        back = sent[1]["content"]
+        assert str(files.report_pdf) in back and BASE + "/v1/artifacts/" not in back
+        assert str(files.outside_txt.parent) not in back
 
         stored = (await alice.get("/v1/sessions/conv-1")).json()
         assert stored["id"] == "conv-1" and stored["object"] == "session"
