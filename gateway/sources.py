@@ -22,7 +22,7 @@ import trio
 from gateway.sse import SSEDecoder, SSEEvent
 from gateway.upstream import close_quietly, translate
 
-__all__ = ["SSESource"]
+__all__ = ["SSESource", "abandon"]
 
 
 class SSESource:
@@ -60,12 +60,12 @@ class SSESource:
         if self._closed:
             return
         self._closed = True
-        await _abandon(self._chunks)
+        await abandon(self._chunks)
         if self._response is not None:
             await close_quietly(self._response)
 
 
-async def _abandon(chunks: AsyncIterator[bytes]) -> None:
+async def abandon(chunks: AsyncIterator[bytes]) -> None:
     """Finish a byte iterator the way a cancelled read does.
 
     httpx's iterator is a chain of async generators; one left suspended is finalized

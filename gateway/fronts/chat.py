@@ -172,9 +172,11 @@ def _add_tool(delta: dict[str, Any], ev: ToolCall) -> bool:
 class ChatEncoder:
     """Encodes one chat-completions stream; ``content`` keeps the emitted text per choice."""
 
-    def __init__(self, *, relay_named: bool = True) -> None:
+    def __init__(self, *, relay_named: bool = True, usage_on_finish: bool = False) -> None:
         self.meta = Meta()
         self.relay_named = relay_named
+        #: usage on the finish chunk (Open WebUI) instead of a chunk of its own (OpenAI)
+        self.usage_on_finish = usage_on_finish
         self.content: dict[int, list[str]] = {}
         self._held: list[Finish | Usage] = []
         self._seen: set[int] = set()
@@ -266,7 +268,9 @@ class ChatEncoder:
         for idx in sorted(self._seen or {0}):
             finishes.setdefault(idx, "stop")
         chunks = [self._finish_chunk(finishes)]
-        if usage:
+        if usage and self.usage_on_finish:
+            chunks[0]["usage"] = usage[-1]
+        elif usage:
             chunks.append({**chunk_dict(self.meta, [], {}), "usage": usage[-1]})
         chunks[-1]["gateway"] = manifest
         return head + b"".join(encode_json(c) for c in chunks) + DONE

@@ -34,7 +34,7 @@ class OpenWebUIEncoder(ChatEncoder):
     """A chat stream for Open WebUI: no named events, a note, a ``files`` event."""
 
     def __init__(self, model: str, mode: str) -> None:
-        super().__init__(relay_named=False)
+        super().__init__(relay_named=False, usage_on_finish=True)
         self.meta = Meta(
             id="chatcmpl-" + secrets.token_hex(12), created=int(time.time()), model=model
         )

@@ -231,7 +231,9 @@ async def _background_task(
     if r.status_code != 200:
         raise await gateway_error(r, ps.scrub)
     data = loads_bounded(r.content, max_json_depth(ps.config))
-    return json_response(_completion(data, body["model"], ps.scrub))
+    out = _completion(data, body["model"], ps.scrub)
+    out["gateway"] = {"download_link_mode": mode, "artifacts": []}
+    return json_response(out)
 
 
 def _completion(data: Any, model: str, scrub: Callable[[str], str]) -> dict[str, Any]:

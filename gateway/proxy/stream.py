@@ -25,12 +25,15 @@ from gateway.errors import GatewayError, UpstreamError
 from gateway.events import Event, Text, Usage
 from gateway.paths import DEFAULT_MAX_PATH_CHARS
 from gateway.rewrite import StreamRewriter, rewrite
-from gateway.shapes import check_id, check_usage, loads_bounded
+from gateway.shapes import check_usage, loads_bounded
+from gateway.sources import abandon
 from gateway.sse import SSEDecoder
 
 __all__ = ["RemoteRunSource", "RunEventStage", "gateway_error"]
 
 _CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+#: an artifact id: random base64url (it may start with - or _)
+_ARTIFACT_ID = re.compile(r"[A-Za-z0-9_-]{16,64}")
 
 
 def _gateway_down() -> UpstreamError:
@@ -156,6 +159,9 @@ class RemoteRunSource:
 
     async def _close_response(self) -> None:
         resp, self._resp = self._resp, None
+        chunks, self._chunks = self._chunks, None
+        if chunks is not None:
+            await abandon(chunks)
         if resp is not None:
             with trio.move_on_after(2) as scope:
                 scope.shield = True
@@ -181,10 +187,12 @@ class Step:
 def _manifest_entry(a: Any, base_url: str, scrub: Any) -> dict[str, Any] | None:
     if not isinstance(a, dict):
         return None
-    url, artifact_id, size = a.get("url"), check_id(a.get("id")), a.get("bytes")
-    if not isinstance(url, str) or not url.startswith(base_url + "/v1/artifacts/"):
+    url, artifact_id, size = a.get("url"), a.get("id"), a.get("bytes")
+    if not isinstance(artifact_id, str) or not _ARTIFACT_ID.fullmatch(artifact_id):
         return None
-    if artifact_id is None or not isinstance(size, int) or isinstance(size, bool):
+    if not isinstance(url, str) or not url.startswith(f"{base_url}/v1/artifacts/{artifact_id}"):
+        return None
+    if not isinstance(size, int) or isinstance(size, bool):
         return None
     mode = a.get("link_mode") if a.get("link_mode") in ("private", "public") else "private"
     name = scrub(str(a.get("filename") or "file"))[:255]

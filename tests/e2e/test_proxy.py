@@ -480,9 +480,9 @@ async def test_jwt_wins_over_user_headers(nursery: trio.Nursery, tmp_path: Path)
     ch = await start_chain(nursery, tmp_path, proxy={"openwebui_jwt_secret": JWT_SECRET})
     headers = owui_headers(USER_A) | {"X-OpenWebUI-User-Jwt": make_jwt(owui_claims(USER_B))}
     async with ch.proxy.client(key=None) as c:
-        resp = await c.post(CHAT, json=owui_body(stream=False), headers=headers)
-    assert resp.status_code == 200, resp.text
-    artifacts = resp.json()["gateway"]["artifacts"]
+        got = await owui_stream(c, owui_body(), headers)
+    assert got.status == 200, got.text
+    artifacts = got.manifest["artifacts"]
     assert artifacts and {ch.owner_of(a["id"]) for a in artifacts} == {"openwebui:" + USER_B}
 
 
@@ -570,7 +570,10 @@ async def test_openai_sdk_streams_through_proxy(chain: Chain) -> None:
 
 
 async def test_openai_sync_sdk_non_streaming_direct_client(chain: Chain) -> None:
-    """The sync SDK (in a worker thread), ``stream: false``, mode under metadata.hermes."""
+    """The sync SDK (in a worker thread), ``stream: false``, mode under metadata.hermes:
+    a non-streamed request through the proxy is answered with file names only (that is
+    how Open WebUI's background tasks come); a direct client that wants links streams,
+    or calls the gateway itself."""
     headers = owui_headers(USER_A)
     del headers["Authorization"]
 
@@ -592,9 +595,12 @@ async def test_openai_sync_sdk_non_streaming_direct_client(chain: Chain) -> None
     completion = await trio.to_thread.run_sync(call)
     assert completion.object == "chat.completion"
     content = completion.choices[0].message.content
+    assert content is not None and links_in(content) == []
+    assert all(p.name in content for p in chain.files.in_root)
+    assert_no_host_paths(content, chain.files)
     manifest = (completion.model_extra or {})["gateway"]
-    assert_links(chain, content, manifest, mode="private", owner="openwebui:" + USER_A)
-    assert_private_note(content, expected=True)
+    assert manifest == {"download_link_mode": "private", "artifacts": []}
+    assert_private_note(content, expected=False)
 
 
 # --------------------------------------------------------------------------- non-streaming
@@ -603,7 +609,8 @@ async def test_openai_sync_sdk_non_streaming_direct_client(chain: Chain) -> None
 @pytest.mark.parametrize("mode", ["private", "public"])
 async def test_non_streaming_background_request(chain: Chain, mode: str) -> None:
     """Open WebUI's title/tags/follow-up requests use ``stream: false`` with the same
-    headers: a rewritten ``chat.completion`` with the manifest, never a raw path."""
+    headers: a rewritten ``chat.completion`` with file names only — no link is minted,
+    no note, no markdown link for a chat title — and never a raw path."""
     body = {
         "model": "demo",
         "messages": [
@@ -621,10 +628,16 @@ async def test_non_streaming_background_request(chain: Chain, mode: str) -> None
     assert out["choices"][0]["finish_reason"] == "stop"
     message = out["choices"][0]["message"]
     assert message["role"] == "assistant"
-    assert_links(chain, message["content"], out["gateway"], mode=mode, owner="openwebui:" + USER_A)
-    assert_private_note(message["content"], expected=mode == "private")
+    assert links_in(message["content"]) == [] and "](http" not in message["content"]
+    for p in chain.files.in_root:
+        assert p.name in message["content"]
+    assert out["gateway"] == {"download_link_mode": mode, "artifacts": []}
+    assert_private_note(message["content"], expected=False)
     assert_no_host_paths(resp.text, chain.files)
     assert out["usage"]["total_tokens"] > 0
+    async with chain.gateway.client(PROXY_KEY) as gwc:  # nothing was minted for anyone
+        listing = await gwc.get("/v1/artifacts", headers={"X-Gateway-Owner": "openwebui:" + USER_A})
+    assert listing.json()["data"] == []
 
 
 # --------------------------------------------------------------------------- disconnect
@@ -644,8 +657,8 @@ async def test_client_disconnect_stops_the_run(nursery: trio.Nursery, tmp_path: 
         )
     left = trio.current_time()
     assert got.status == 200
+    await wait_until(lambda: ch.runs()[0].status == "cancelled", limit=3)
     (run,) = ch.runs()
-    await wait_until(lambda: run.status == "cancelled", limit=3)
     await wait_until(lambda: ch.upstream.app.demo_disconnects == 1, limit=3)
     assert trio.current_time() - left < 2.5
     assert run.events[-1]["event"] == "run.cancelled"
@@ -690,9 +703,9 @@ async def test_bad_input_headers_mode(chain: Chain) -> None:
             assert (resp.status_code, err["code"]) == (400, "identity_required")
             assert "ENABLE_FORWARD_USER_INFO_HEADERS" in err["message"]
         assert chain.runs() == []
-        resp = await post(owui_body(stream=False, mode="public"), owui_headers(user_id=None))
-        assert resp.status_code == 200, resp.text
-        artifacts = resp.json()["gateway"]["artifacts"]
+        got = await owui_stream(c, owui_body(mode="public"), owui_headers(user_id=None))
+        assert got.status == 200, got.text
+        artifacts = got.manifest["artifacts"]
         assert artifacts and {chain.owner_of(a["id"]) for a in artifacts} == {"openwebui:anonymous"}
 
 
