@@ -36,7 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gateway.errors import UpstreamError
+from gateway.errors import GatewayError, UpstreamError
 from gateway.events import (
     BOUNDARY,
     TEXT_CHANNELS,
@@ -113,10 +113,12 @@ class PipelineSettings:
 
 @dataclass
 class Step:
-    """What one upstream SSE event became; ``done`` at ``[DONE]``."""
+    """What upstream SSE events became; ``done`` at ``[DONE]``; ``error`` when the
+    upstream reported one (the events before it still go out)."""
 
     events: list[Event]
     done: bool = False
+    error: GatewayError | None = None
 
 
 @dataclass
@@ -212,7 +214,10 @@ class ChatPipeline(Scrubber):
         """The upstream SSE events of one read → events to emit (``done`` at ``[DONE]``)."""
         out: list[Event] = []
         for ev in events:
-            step = await self.feed_event(ev)
+            try:
+                step = await self.feed_event(ev)
+            except GatewayError as exc:
+                return Step(out, error=exc)
             if step.events:
                 out.extend(step.events)
                 out.append(BOUNDARY)

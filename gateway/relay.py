@@ -67,6 +67,12 @@ class StageStep(Protocol[Ev]):
     def done(self) -> bool: ...
 
 
+def step_error(step: object) -> GatewayError | None:
+    """The error a stage reported with its last events (a step may carry one)."""
+    error = getattr(step, "error", None)
+    return error if isinstance(error, GatewayError) else None
+
+
 class Stage(Protocol[In_contra, Ev]):
     async def feed(self, item: In_contra) -> StageStep[Ev]: ...
 
@@ -287,6 +293,10 @@ class Relay(Generic[In, Ev, Out]):
                     error = self._opts.check()
                     if error is not None:
                         self.stop(error)
+            error = step_error(step)
+            if error is not None:
+                await self._terminal(error)
+                return
             if step.done:
                 await self._terminal("completed")
                 return

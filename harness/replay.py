@@ -275,8 +275,9 @@ class Replayer:
             body.setdefault("messages", [{"role": "user", "content": "replay"}])
             headers["Authorization"] = f"Bearer {KEYS[user]}"
             if exp.mode_via == "header":
+                # a proxy key acts only inside its namespace (openwebui:<id>)
                 headers["Authorization"] = f"Bearer {KEYS['proxy']}"
-                headers["X-Gateway-Owner"] = user
+                headers["X-Gateway-Owner"] = "openwebui:" + OWUI_USER[user]
             self._mode_fields(body, headers)
             cap = await _stream(
                 client, "POST", self.gateway_url + "/v1/chat/completions", body, headers, progress
@@ -621,7 +622,7 @@ async def check_links(rep: Replayer, client: httpx.AsyncClient, cap: Capture) ->
         local = next(
             (rep.base / rel for rel in exp.files if Path(rel).name == art["filename"]), None
         )
-        if exp.front == "proxy":
+        if exp.front == "proxy" or exp.mode_via == "header":
             own = {
                 "Authorization": f"Bearer {KEYS['proxy']}",
                 "X-Gateway-Owner": "openwebui:" + OWUI_USER[owner],

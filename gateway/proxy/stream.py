@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,13 +185,27 @@ class Step:
     done: bool = False
 
 
+def _artifact_url(url: str, artifact_id: str) -> bool:
+    """An http(s) URL of the gateway's download route for this artifact (no credentials)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return False
+    return (
+        parts.scheme in ("http", "https")
+        and bool(parts.hostname)
+        and "@" not in parts.netloc
+        and parts.path.endswith(f"/v1/artifacts/{artifact_id}")
+    )
+
+
 def _manifest_entry(a: Any, base_url: str, scrub: Any) -> dict[str, Any] | None:
     if not isinstance(a, dict):
         return None
     url, artifact_id, size = a.get("url"), a.get("id"), a.get("bytes")
     if not isinstance(artifact_id, str) or not _ARTIFACT_ID.fullmatch(artifact_id):
         return None
-    if not isinstance(url, str) or not url.startswith(f"{base_url}/v1/artifacts/{artifact_id}"):
+    if not isinstance(url, str) or not _artifact_url(url, artifact_id):
         return None
     if not isinstance(size, int) or isinstance(size, bool):
         return None
