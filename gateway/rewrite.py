@@ -26,6 +26,7 @@ event loop.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from urllib.parse import quote
 
 from gateway.paths import (
     DEFAULT_MAX_PATH_CHARS,
@@ -36,6 +37,7 @@ from gateway.paths import (
     OverlongPath,
     PathDetector,
     PathMatch,
+    json_escape,
 )
 
 Resolver = Callable[[str], "str | None"]
@@ -56,13 +58,24 @@ def _md_escape(name: str) -> str:
 
 
 def render(match: PathMatch, url: str | None) -> str:
-    """The text that replaces ``match`` given the resolver's answer."""
+    """The text that replaces ``match`` given the resolver's answer.
+
+    The replacement is written in the path's own spelling: a percent-encoded
+    path's name is percent-encoded again (it cannot end the surrounding URL), and
+    inside a JSON-escaped string the whole replacement is JSON-escaped (a ``"`` or
+    ``\\`` in a name cannot end or break that string).
+    """
+    name = match.name
+    for _ in range(match.pct_level):
+        name = quote(name, safe="")
     if url is None or match.context is Context.LINK_TEXT:
-        text = match.name
+        text = name
     elif match.context is Context.QUOTED:
         text = url
     else:
-        text = f"[{_md_escape(match.name)}]({url})"
+        text = f"[{_md_escape(name)}]({url})"
+    for _ in range(match.json_level):
+        text = json_escape(text)
     return text + match.suffix
 
 
@@ -83,7 +96,7 @@ class StreamRewriter:
     ) -> None:
         self._resolve: Resolver = resolver or name_only
         self._detector = detector or PathDetector.shared(tuple(extra_roots), max_path_chars)
-        self._hist = ""  # up to two raw characters already emitted (context only)
+        self._hist = ""  # up to LOOKBEHIND raw characters already emitted (context only)
         self._held = ""  # raw text not yet emitted
         self._skip: OverlongPath | None = None
         self._closed = False
@@ -132,12 +145,11 @@ class StreamRewriter:
             done = self._skip.feed(text, final)
             if done is None:
                 return out
-            used, match, _ = done
+            text, match = done
             self.paths_seen += 1
             out.append(match)
             self._hist = self._skip.tail
             self._skip = None
-            text = text[used:]
         buf = self._hist + self._held + text
         pos = len(self._hist)
         detector = self._detector
@@ -166,7 +178,7 @@ class StreamRewriter:
                 self._keep(buf, res.start)
                 return out
             # Overlong: consume it to its end, keeping only its name.
-            skip = OverlongPath()
+            skip = OverlongPath(res.stop)
             done = skip.feed(buf[res.start :], final)
             if done is None:
                 self._skip = skip
@@ -179,7 +191,7 @@ class StreamRewriter:
 
     def _keep(self, buf: str, at: int) -> None:
         self._held = buf[at:]
-        self._hist = buf[max(0, at - 2) : at]
+        self._hist = buf[max(0, at - self._detector.lookbehind) : at]
 
 
 def rewrite(

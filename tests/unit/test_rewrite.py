@@ -23,7 +23,7 @@ from gateway.paths import Context, PathDetector, PathMatch, file_name
 from gateway.rewrite import StreamRewriter, render, rewrite
 
 CORPUS = json.loads((Path(__file__).parent.parent / "data" / "path_corpus.json").read_text())
-ROOTS = ["/workspace", "/data/artifacts"]
+ROOTS = ["/workspace", "/data/artifacts", "/srv/agent/artifacts", "C:\\work"]
 URL = "https://gw.example/v1/artifacts/"
 
 
