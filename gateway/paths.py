@@ -231,7 +231,9 @@ def _root_end() -> _P:
     return _look(_P(full, prefix, 9))
 
 
-def _start_grammar(cfg_roots: tuple[str, ...]) -> _P:
+def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
+    """Every start form, one named alternative per family (longest and most
+    specific first: a configured root before the default roots)."""
     alias = _alt(
         _seq(_lit("system"), _PSEPS, _lit("volumes"), _PSEPS, _lit("data")),
         _seq(
@@ -281,7 +283,32 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> _P:
         _group("file", _seq(_lit("file"), _COLON, _PS)),
         _group("deeplink", _seq(schemes, _COLON, _PS, _PS, _lit("file"), _look(_PS))),
     ]
-    return _alt(*alts)
+    return alts
+
+
+#: a letters-only fragment is a prefix of a start iff it is one letter (a drive)
+#: or a prefix of one of these
+_LETTER_PREFIXES = frozenset(w[:i] for w in ("file", *EDITOR_SCHEMES) for i in range(2, len(w) + 1))
+#: characters a start may begin with: the triggers and (for C:, file:, vscode:) letters
+_FIRST_CHARS = "/~\\:%$abcdefghijklmnopqrstuvwxyz"
+
+
+def _by_first_char(
+    alts: list[_P],
+) -> tuple[dict[str, re.Pattern[str]], dict[str, re.Pattern[str]]]:
+    """START and PREFIX regexes per first character, each holding only the
+    alternatives that can begin with it (so a failing match costs little)."""
+    probes = [(a, re.compile(a.prefix, re.IGNORECASE)) for a in alts]
+    start: dict[str, re.Pattern[str]] = {}
+    prefix: dict[str, re.Pattern[str]] = {}
+    for ch in _FIRST_CHARS:
+        mine = [a for a, probe in probes if probe.fullmatch(ch)]
+        if mine:
+            full = re.compile(_alt(*mine).full, re.IGNORECASE)
+            pre = re.compile(_alt(*mine).prefix, re.IGNORECASE)
+            for c in {ch, ch.upper()}:
+                start[c], prefix[c] = full, pre
+    return start, prefix
 
 
 # --- spelling: how a path is written, where it ends ------------------------------
@@ -299,13 +326,23 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 _ESC_END = r'(?<!\\)(?:\\\\)*\\(?=["nrtbf])'
 #: a plain Windows path: ``\\`` is a separator, never an escape
 _STOP_WIN = re.compile(_STOP_CLASS)
-#: POSIX and JSON-escaped paths: also JSON escapes; a shell-escaped stop (``\\ ``) continues
-_STOP_ESC = re.compile(rf"(?<!\\){_STOP_CLASS}|{_ESC_END}")
+#: JSON-escaped paths: also JSON escapes (``\\n``, ``\\"``...)
+_STOP_ESC = re.compile(rf"{_STOP_CLASS}|{_ESC_END}")
+#: plain POSIX paths: JSON escapes too, but a shell-escaped stop (``\\ ``, not
+#: ``\\\\ ``) continues the path
+_STOP_SHELL = re.compile(rf"(?<!(?<!\\)\\){_STOP_CLASS}|{_ESC_END}")
 #: percent-encoded paths: also the URL delimiters
-_STOP_PCT = re.compile(rf"(?<!\\){_STOP_CLASS}|[&#?=]|{_ESC_END}")
+_STOP_PCT = re.compile(rf"{_STOP_CLASS}|[&#?=]|{_ESC_END}")
 _CJK_STOP = "。，、；：！？「」『』（）【】《》〈〉"
 _PROSE_STOP = _STOP_WIN  # kept for callers that want the plain prose stops
 _SEPARATORS = re.compile(r"(?:\\u00(?:2[fF]|5[cC])|%(?:25)?(?:2[fF]|5[cC])|[/\\])+")
+_DUP_SEP = re.compile(r"/(?:\.?/)+")
+_DUP_WIN_SEP = re.compile(r"\\(?:\.?\\)+")
+_DRIVE = re.compile(r"/?[A-Za-z]:[\\/]")
+_JSON_U = re.compile(r"\\u[0-9a-fA-F]{4}")
+_JSON_ESCAPE = re.compile(r'\\[u"\\/bfnrt]')
+_TILDE_HEAD = re.compile(r"~[^/\\]*")
+_NON_SEPARATOR = re.compile(r"[^/\\.]")
 _EMPTY_BODY = re.compile(rf"(?:{_PS.full}|{_WS.full}|\.)*", re.IGNORECASE)
 _SECOND_START = re.compile(r"\s(?=[/~\\%$]|[a-z][a-z-]*(?::|%3a))", re.IGNORECASE)
 _SHELL_ESC = re.compile(r"\\([ ()\[\]{}'&;!$*?|<>`#=,\\])")
@@ -323,8 +360,10 @@ _JSON_CHARS = {
 _LINE_COL = re.compile(r"(?::\d+){1,2}\Z")
 _ALIAS = re.compile(r"/(?:system/volumes/data|proc/(?:\d+|self|thread-self)/root)(?=/|\Z)", re.I)
 _VAR_HEAD = re.compile(r"%homedrive%%homepath%|\$\{(\w+)\}|\$(?:env:)?(\w+)|%(\w+)%", re.I)
-#: a segment right below one of these is a user name (also inside a longer folder)
-_USER_PARENT = re.compile(r"(?:^|/)(?:users|home|media|run/user|documents and settings)\Z", re.I)
+#: a segment right below one of these (or ``run/user``) is a user name, also when the
+#: folder is longer (a path that ran into another one)
+_USER_PARENT_NAMES = frozenset({"users", "home", "media", "documents and settings"})
+_USER_PARENT_LENS = frozenset({4, 5, 22})
 _WIN_START = frozenset({"drive", "unc", "device"})
 _PCT1 = re.compile("%(?:2f|5c|3a|24)")
 _PCT2 = re.compile("%25(?:2f|5c|3a|24)")
@@ -360,10 +399,11 @@ def _spelling(win: bool, json: int, pct: int) -> _Spelling:
     elif win and json == 0:
         stop = _STOP_WIN
     else:
-        stop = _STOP_ESC
-    return _Spelling(win, json, pct, stop, _quote_ends(stop is _STOP_ESC))
+        stop = _STOP_ESC if json else _STOP_SHELL
+    return _Spelling(win, json, pct, stop, _quote_ends(stop is not _STOP_WIN))
 
 
+@functools.lru_cache(maxsize=1024)
 def _spelling_of(family: str, start: str) -> _Spelling:
     """Spelling from the start's text: its separators say how the path is encoded."""
     low = start.lower()
@@ -465,11 +505,12 @@ def _boundary_at(buf: str, k: int) -> bool:
 
 
 def _canon_posix(p: str) -> str:
-    if "//" in p or "/." in p:
-        p = re.sub(r"/(?:\.?/)+", "/", p)
-        if p.endswith("/."):
-            p = p[:-2]
-    p = p.rstrip("/") or "/"
+    if "//" in p or "/./" in p:
+        p = _DUP_SEP.sub("/", p)
+    if p.endswith("/."):
+        p = p[:-2]
+    if p.endswith("/"):
+        p = p.rstrip("/") or "/"
     if p[1:2] in ("s", "S", "p", "P"):
         m = _ALIAS.match(p)
         if m is not None:
@@ -480,7 +521,7 @@ def _canon_posix(p: str) -> str:
 def _canon_win(p: str) -> str:
     """``C:/a//b\\.\\c\\`` -> ``C:\\a\\b\\c``; the drive letter upper case."""
     p = p.replace("/", "\\")
-    p = re.sub(r"\\(?:\.?\\)+", lambda _: "\\", p)
+    p = _DUP_WIN_SEP.sub(lambda _: "\\", p)
     if p.endswith("\\."):
         p = p[:-2]
     if len(p) > 3:
@@ -508,7 +549,7 @@ def _normal_file_uri(s: str) -> str:
             return "\\\\" + _canon_win(host + "\\" + tail) if sep else "\\\\" + host
     elif slashes >= 4:
         return "\\\\" + _canon_win(body)
-    if re.match(r"[A-Za-z]:[\\/]", body):
+    if _DRIVE.match(body):
         return _canon_win(body)
     return _canon_posix("/" + body)
 
@@ -516,7 +557,7 @@ def _normal_file_uri(s: str) -> str:
 def _normal_deeplink(s: str) -> str:
     s = unquote(s)
     rest = _LINE_COL.sub("", s[s.lower().find("//file") + 6 :])
-    if re.match(r"/?[A-Za-z]:[\\/]", rest):
+    if _DRIVE.match(rest):
         return _canon_win(rest.lstrip("/"))
     return _canon_posix(rest)
 
@@ -548,14 +589,20 @@ def _normal_var(s: str, win: bool) -> str:
 def file_name(path: str) -> str:
     """The file name alone: last segment; a per-user directory itself becomes ``~``."""
     trimmed = path.rstrip("/\\") or path
-    cut = max(trimmed.rfind("/"), trimmed.rfind("\\"))
-    folder, name = trimmed[:cut].rstrip("/\\"), trimmed[cut + 1 :]
-    if cut < 0 and name.startswith("~"):
-        return "~"
-    if trimmed.lower() == "/root":
-        return "~"
-    if folder and _USER_PARENT.search(folder.replace("\\", "/")):
-        return "~"
+    if "\\" in trimmed:
+        cut = max(trimmed.rfind("/"), trimmed.rfind("\\"))
+        folder, name = trimmed[:cut].rstrip("/\\"), trimmed[cut + 1 :]
+        parent = folder[max(folder.rfind("/"), folder.rfind("\\")) + 1 :]
+    else:
+        folder, _, name = trimmed.rpartition("/")
+        parent = folder[folder.rfind("/") + 1 :]
+    if not folder:
+        if name.startswith("~") or (name.lower() == "root" and trimmed[:1] == "/"):
+            return "~"
+    elif len(parent) in _USER_PARENT_LENS:
+        low = parent.lower()
+        if low in _USER_PARENT_NAMES or (low == "user" and folder[-9:-5].lower() == "/run"):
+            return "~"
     return name or "~"
 
 
@@ -566,6 +613,13 @@ def _trim_end(raw: str, before: str) -> str:
     if before == "_" and raw.endswith("_"):
         raw = raw[:-1].rstrip(_TRAILING_PUNCT)
     return raw
+
+
+def _in_json_text(raw: str, family: str, sp: _Spelling) -> bool:
+    """A plain path with a JSON escape in it (``\\u00e9``, ``\\"``) sits in JSON text."""
+    if not sp.win:
+        return _JSON_ESCAPE.search(raw) is not None
+    return raw[2:3] == "/" and family == "drive" and _JSON_U.search(raw) is not None
 
 
 def _give_back(raw: str, sp: _Spelling) -> str:
@@ -598,7 +652,7 @@ class Overlong(NamedTuple):
     """A prose path from ``start`` is longer than the bound and still running."""
 
     start: int
-    stop: re.Pattern[str] = _STOP_ESC  #: where it ends (hand it to :class:`OverlongPath`)
+    stop: re.Pattern[str] = _STOP_SHELL  #: where it ends (hand it to :class:`OverlongPath`)
 
 
 class Clear(NamedTuple):
@@ -631,7 +685,7 @@ class OverlongPath:
     emitted until it ends, and then only its name (as written).
     """
 
-    def __init__(self, stop: re.Pattern[str] = _STOP_ESC) -> None:
+    def __init__(self, stop: re.Pattern[str] = _STOP_SHELL) -> None:
         self._stop = stop
         self._depth = 0
         self._last = ""  # current (last) segment, truncated
@@ -716,11 +770,11 @@ class PathDetector:
         posix = sorted(set(posix), key=len, reverse=True)
         self._posix_roots = tuple(posix)
         self._win_roots = tuple(sorted(set(win), key=len, reverse=True))
-        grammar = _start_grammar(self._posix_roots)
-        self._start = re.compile(grammar.full, re.IGNORECASE)
-        self._prefix = re.compile(grammar.prefix, re.IGNORECASE)
+        alts = _start_grammar(self._posix_roots)
+        self._start, self._prefix = _by_first_char(alts)
+        self._cfg_lower = tuple(r.lower() for r in (*self._posix_roots, *self._win_roots))
         self.max_path_chars = max_path_chars
-        self.max_start_chars = grammar.maxlen + 1
+        self.max_start_chars = max(a.maxlen for a in alts) + 1
 
     # -- start recognition -------------------------------------------------------
 
@@ -732,7 +786,9 @@ class PathDetector:
         floor = max(lo, k - 16)
         while j > floor and buf[j - 1] in _WORD:
             j -= 1
-        return [i for i in range(j, k) if buf[i] != "-" and _boundary_at(buf, i)]
+        # inside the word only j + 1 (after \\n or %XX) or a letter after "-" can be one
+        cands = range(j, k) if "-" in buf[j:k] else (j, j + 1)
+        return [i for i in cands if i < k and buf[i] != "-" and _boundary_at(buf, i)]
 
     def _tail_start(self, buf: str, lo: int) -> int:
         """Where a possible start begins in a letter tail of ``buf`` (``C``, ``fil``,
@@ -741,23 +797,36 @@ class PathDetector:
         if n <= lo or buf[-1] not in _WORD:
             return n
         for i in self._word_starts(buf, n, lo):
-            if self._prefix.fullmatch(buf, i):
+            if i == n - 1 or buf[i:].lower() in _LETTER_PREFIXES:
                 return i
         return n
 
     def _start_at(self, buf: str, s: int, final: bool) -> ScanResult | None:
         """Is there a start at ``buf[s]``? Parse the path, hold it, or None."""
-        m = self._start.match(buf, s)
+        start = self._start.get(buf[s])
+        if start is None:
+            return None
+        m = start.match(buf, s)
         n = len(buf)
         if m is None or (not final and m.end() == n):
-            if not final and n - s <= self.max_start_chars and self._prefix.fullmatch(buf, s):
+            if (
+                not final
+                and n - s <= self.max_start_chars
+                and self._prefix[buf[s]].fullmatch(buf, s)
+            ):
                 return NeedMore(s)
             return None
         family = m.lastgroup or ""
         st = m.group()
-        if family in ("posix", "cfg") and st[:2] == "//" and s and buf[s - 1] == ":":
+        if s and buf[s - 1] == ":" and st[:2] == "//" and family in ("posix", "cfg"):
             return None  # scheme://host: a URL authority
-        return self._parse(buf, s, m.end(), family, st, final)
+        sp = _spelling_of(family, st)
+        ctx, closer = self._context(buf, s)
+        if closer:
+            res = self._parse_quoted(buf, s, m.end(), family, sp, ctx, closer, final)
+            if res is not None:
+                return res
+        return self._parse_prose(buf, s, m.end(), family, sp, final)
 
     # -- the scan ----------------------------------------------------------------
 
@@ -798,17 +867,6 @@ class PathDetector:
             return Context.LINK_TEXT, "]"
         return Context.PROSE, ""
 
-    def _parse(
-        self, buf: str, start: int, body: int, family: str, st: str, final: bool
-    ) -> ScanResult | None:
-        sp = _spelling_of(family, st)
-        ctx, closer = self._context(buf, start)
-        if closer:
-            res = self._parse_quoted(buf, start, body, family, sp, ctx, closer, final)
-            if res is not None:
-                return res
-        return self._parse_prose(buf, start, body, family, sp, final)
-
     def _parse_quoted(
         self,
         buf: str,
@@ -822,30 +880,42 @@ class PathDetector:
     ) -> ScanResult | None:
         """A delimited path; None means "read it as prose instead"."""
         limit = start + self.max_path_chars
-        m = sp.quote_end.get(closer, sp.quote_end[closer[-1]]).search(buf, body, limit + 1)
+        ends = sp.quote_end
+        m = (ends.get(closer) or ends[closer[-1]]).search(buf, body, limit + 1)
         if m is None:
             if final or len(buf) > limit:
                 return None
             return NeedMore(start)
         if m.group(1) is None:
             return None
-        raw = buf[start : m.end() - 1]
+        raw = buf[start : m.end() - 1].rstrip()
         if self._second_start(raw):
             return None
         return self._finish(raw, start, body, family, sp, ctx)
 
     def _second_start(self, raw: str) -> bool:
         """Does quoted text hold a second path start after whitespace?"""
-        return any(self._start.match(raw, m.end()) is not None for m in _SECOND_START.finditer(raw))
+        for m in _SECOND_START.finditer(raw):
+            start = self._start.get(raw[m.end()])
+            if start is not None and start.match(raw, m.end()) is not None:
+                return True
+        return False
 
     def _parse_prose(
         self, buf: str, start: int, body: int, family: str, sp: _Spelling, final: bool
     ) -> ScanResult | None:
         n = len(buf)
         limit = start + self.max_path_chars
+        stop = sp.stop
+        m = stop.search(buf, body)
+        if m is not None and m.group() not in _BRACKETS and m.start() <= limit:
+            # fast path: no bracket inside, the first stop ends the path
+            raw = buf[start : m.start()].rstrip(_TRAILING_PUNCT)
+            if start and buf[start - 1] == "_":
+                raw = _trim_end(raw, "_")
+            return self._finish(raw, start, body, family, sp, Context.PROSE)
         depth = 0
         j = body
-        stop = sp.stop
         while True:
             m = stop.search(buf, j)
             if m is None:
@@ -871,27 +941,31 @@ class PathDetector:
         self, raw: str, start: int, body: int, family: str, sp: _Spelling, ctx: Context
     ) -> Found | None:
         """The match for ``raw``, or None when it names no folder (``/tmp/``, ``C:\\``)."""
-        raw = _give_back(raw, sp)
-        if len(raw) < body - start:
+        if raw[-1:] == "\\":
+            raw = _give_back(raw, sp)
+        b = body - start
+        if len(raw) < b:
             return None
-        if self._needs_body(family, raw) and _EMPTY_BODY.fullmatch(raw, body - start):
-            return None
+        if family != "cfg" and (family != "tilde" or raw[1] in "/\\%"):
+            # a generic anchor (/tmp/, ~/, C:\\) needs a name after it, not a space
+            rest = raw[b:]
+            lead = _EMPTY_BODY.match(rest) if "%" in rest or "\\u" in rest else None
+            first = _NON_SEPARATOR.search(rest, lead.end() if lead else 0)
+            if first is None or first.group().isspace():
+                return None
         json = sp.json
-        if json == 0 and not sp.win and "\\u" in raw:
-            json = 1  # \u00e9 in a POSIX path: it sits in JSON text
+        if not json and "\\" in raw and _in_json_text(raw, family, sp):
+            json = 1
         path = self._normal(family, raw, sp, json)
         m = _match(raw, path, file_name(path), ctx, json, sp.pct)
         return _found(start, start + len(raw), m)
 
-    @staticmethod
-    def _needs_body(family: str, raw: str) -> bool:
-        if family == "cfg":
-            return False
-        return not (family == "tilde" and raw[1:2] not in ("/", "\\", "%"))
-
     # -- normal form -------------------------------------------------------------
 
     def _normal(self, family: str, raw: str, sp: _Spelling, json: int) -> str:
+        if family == "posix" and not (sp.pct or json) and "\\" not in raw:
+            path = _canon_posix(raw)
+            return self._configured(path) if self._cfg_lower else path
         s = raw
         for _ in range(sp.pct):
             s = unquote(s)
@@ -908,7 +982,7 @@ class PathDetector:
         if family == "device":
             return self._configured(_normal_device(s))
         if family == "tilde":
-            head = re.match(r"~[^/\\]*", s)
+            head = _TILDE_HEAD.match(s)
             assert head is not None
             return head.group() + _canon_rest(s[head.end() :], sp.win)
         if family == "var":
@@ -919,8 +993,10 @@ class PathDetector:
 
     def _configured(self, path: str) -> str:
         """A configured root written in another letter case gets its configured spelling."""
-        roots = self._win_roots if path[1:2] == ":" else self._posix_roots
         low = path.lower()
+        if not low.startswith(self._cfg_lower):
+            return path
+        roots = self._win_roots if path[1:2] == ":" else self._posix_roots
         for root in roots:
             r = root.lower()
             if low == r or (low.startswith(r) and low[len(r)] in "/\\"):

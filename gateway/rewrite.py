@@ -66,17 +66,19 @@ def render(match: PathMatch, url: str | None) -> str:
     ``\\`` in a name cannot end or break that string).
     """
     name = match.name
-    for _ in range(match.pct_level):
-        name = quote(name, safe="")
+    if match.pct_level:
+        for _ in range(match.pct_level):
+            name = quote(name, safe="")
     if url is None or match.context is Context.LINK_TEXT:
         text = name
     elif match.context is Context.QUOTED:
         text = url
     else:
         text = f"[{_md_escape(name)}]({url})"
-    for _ in range(match.json_level):
-        text = json_escape(text)
-    return text + match.suffix
+    if match.json_level:
+        for _ in range(match.json_level):
+            text = json_escape(text)
+    return text + match.suffix if match.suffix else text
 
 
 class StreamRewriter:

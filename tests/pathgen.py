@@ -40,16 +40,18 @@ keeps the oracle exact. The configured roots the rewriter must be given are
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import re
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import NamedTuple, TypeVar
 from urllib.parse import quote, unquote
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+T = TypeVar("T")
 SECRET_PREFIX = "zq"
 #: configured artifact roots / mount prefixes (pass as ``extra_roots``)
 ROOT_SECRET = "zqrootsecret"
@@ -86,16 +88,47 @@ class Planted(NamedTuple):
 _ALNUM = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 
+def _base36(n: int) -> str:
+    digits = []
+    for _ in range(10):
+        n, r = divmod(n, 36)
+        digits.append(_ALNUM[r])
+    return "".join(reversed(digits))
+
+
+_SECRET_INT = st.integers(0, 36**10 - 1)
+_BOOLS = (False, True)
+
+
 def secret_tokens() -> st.SearchStrategy[str]:
-    """``zq`` + 10 random lowercase letters/digits."""
-    return st.text(_ALNUM, min_size=10, max_size=10).map(lambda s: SECRET_PREFIX + s)
+    """``zq`` + 10 random lowercase letters/digits (one draw: generation stays cheap)."""
+    return _SECRET_INT.map(lambda n: SECRET_PREFIX + _base36(n))
 
 
-def _decorated(secret: str) -> st.SearchStrategy[str]:
+def _secret(draw: st.DrawFn) -> str:
+    return SECRET_PREFIX + _base36(draw(_SECRET_INT))
+
+
+@functools.cache
+def _index(n: int) -> st.SearchStrategy[int]:
+    return st.integers(0, n - 1)
+
+
+def _int(draw: st.DrawFn, hi: int) -> int:
+    """An integer in ``0..hi`` (strategies are built once: drawing stays cheap)."""
+    return draw(_index(hi + 1))
+
+
+def _pick(draw: st.DrawFn, options: Sequence[T]) -> T:
+    return options[draw(_index(len(options)))]
+
+
+_DECORATIONS = ("{}", "{}", ".{}", "{}-v2", "{}_old", "my.{}", "{}.d", "é{}", "{}数据")
+
+
+def _decorated(draw: st.DrawFn, secret: str) -> str:
     """A folder name holding ``secret``: bare, or with harmless punctuation or letters."""
-    return st.sampled_from(
-        ["{}", "{}", ".{}", "{}-v2", "{}_old", "my.{}", "{}.d", "é{}", "{}数据"]
-    ).map(lambda f: f.format(secret))
+    return _pick(draw, _DECORATIONS).format(secret)
 
 
 file_names = st.sampled_from(
@@ -118,7 +151,7 @@ file_names = st.sampled_from(
 
 def _case(draw: st.DrawFn, word: str) -> str:
     """``word`` in a random letter case (file systems that ignore case)."""
-    style = draw(st.sampled_from(["same", "same", "lower", "upper", "title"]))
+    style = _pick(draw, ["same", "same", "lower", "upper", "title"])
     return {"same": word, "lower": word.lower(), "upper": word.upper(), "title": word.title()}[
         style
     ]
@@ -134,22 +167,20 @@ class _Raw(NamedTuple):
     kind: str  #: "posix", "win", "var", "file", "deeplink"
 
 
-@st.composite
 def _folders(draw: st.DrawFn, lo: int = 1, hi: int = 3) -> tuple[list[str], list[str]]:
-    secrets = draw(st.lists(secret_tokens(), min_size=lo, max_size=hi, unique=True))
-    return [draw(_decorated(s)) for s in secrets], secrets
+    secrets = list(dict.fromkeys(_secret(draw) for _ in range(lo + _int(draw, hi - lo))))
+    return [_decorated(draw, s) for s in secrets], secrets
 
 
 dir_names = st.sampled_from(["out", "build", "Desktop", "项目", "v1.2", "data-set"])
 
 
-@st.composite
 def _leaf(draw: st.DrawFn, folders: list[str]) -> tuple[str, str]:
     """(leaf, expected name): a file, or a (non-secret) directory, with or without
     a trailing separator (``trail``: the leaf ends in "/" then)."""
-    if draw(st.integers(0, 4)) == 0:
+    if _int(draw, 4) == 0:
         name = draw(dir_names)
-        return name + ("/" if draw(st.booleans()) else ""), name
+        return name + ("/" if _pick(draw, _BOOLS) else ""), name
     name = draw(file_names)
     return name, name
 
@@ -159,125 +190,124 @@ def _leaf(draw: st.DrawFn, folders: list[str]) -> tuple[str, str]:
 
 @st.composite
 def _posix(draw: st.DrawFn) -> _Raw:
-    root = draw(
-        st.sampled_from(
-            [
-                "Users",
-                "home",
-                "root",
-                "tmp",
-                "private/var/folders",
-                "var/tmp",
-                "Volumes",
-                "mnt",
-                "opt",
-                "srv",
-                "etc",
-                "media",
-                "run/user/1000",
-            ]
-        )
+    root = _pick(
+        draw,
+        [
+            "Users",
+            "home",
+            "root",
+            "tmp",
+            "private/var/folders",
+            "var/tmp",
+            "Volumes",
+            "mnt",
+            "opt",
+            "srv",
+            "etc",
+            "media",
+            "run/user/1000",
+        ],
     )
     head = "/" + "/".join(_case(draw, seg) for seg in root.split("/"))
-    alias = draw(
-        st.sampled_from(["", "", "", "/System/Volumes/Data", "/proc/4242/root", "/proc/self/root"])
-    )
-    folders, secrets = draw(_folders())
-    leaf, name = draw(_leaf(folders))
-    if root in ("Users", "home", "media") and draw(st.integers(0, 5)) == 0:
-        folders, leaf, name = folders[:1], draw(st.sampled_from(["", "/"])), "~"  # a home itself
+    alias = _pick(draw, ["", "", "", "/System/Volumes/Data", "/proc/4242/root", "/proc/self/root"])
+    folders, secrets = _folders(draw)
+    leaf, name = _leaf(draw, folders)
+    if root in ("Users", "home", "media") and _int(draw, 5) == 0:
+        folders, leaf, name = folders[:1], _pick(draw, ["", "/"]), "~"  # a home itself
     return _Raw(alias + head, folders, leaf, tuple(secrets), name, False, "posix")
 
 
 @st.composite
 def _configured(draw: st.DrawFn) -> _Raw:
-    which = draw(st.integers(0, 2))
+    which = _int(draw, 2)
     if which == 0:  # the artifact root, alone or with more below it
         head = "/" + "/".join(_case(draw, s) for s in ("srv", ROOT_SECRET, "artifacts"))
-        folders, secrets = draw(_folders(0, 2))
+        folders, secrets = _folders(draw, 0, 2)
         if folders:
-            leaf, name = draw(_leaf(folders))
+            leaf, name = _leaf(draw, folders)
         else:  # the root alone
-            leaf, name = draw(st.sampled_from(["", "/"])), "artifacts"
+            leaf, name = _pick(draw, ["", "/"]), "artifacts"
         return _Raw(head, folders, leaf, (ROOT_SECRET, *secrets), name, False, "posix")
     if which == 1:
         head = "/" + _case(draw, "workspace")
-        folders, secrets = draw(_folders())
-        leaf, name = draw(_leaf(folders))
+        folders, secrets = _folders(draw)
+        leaf, name = _leaf(draw, folders)
         return _Raw(head, folders, leaf, tuple(secrets), name, False, "posix")
     head = _case(draw, "c") + ":\\" + _case(draw, "agentwork")
-    folders, secrets = draw(_folders())
-    leaf, name = draw(_leaf(folders))
+    folders, secrets = _folders(draw)
+    leaf, name = _leaf(draw, folders)
     return _Raw(head, folders, leaf, tuple(secrets), name, True, "win")
 
 
 @st.composite
 def _tilde(draw: st.DrawFn) -> _Raw:
-    win = draw(st.booleans()) and draw(st.booleans())
-    if draw(st.booleans()):
-        user = draw(secret_tokens())
-        folders, secrets = draw(_folders(0, 2))
+    win = _pick(draw, _BOOLS) and _pick(draw, _BOOLS)
+    if _pick(draw, _BOOLS):
+        user = _secret(draw)
+        folders, secrets = _folders(draw, 0, 2)
         if folders:
-            leaf, name = draw(_leaf(folders))
+            leaf, name = _leaf(draw, folders)
         else:  # ~user/ : that user's home itself
             leaf, name = "/", "~"
         return _Raw("~" + user, folders, leaf, (user, *secrets), name, win, "posix")
-    folders, secrets = draw(_folders())
-    leaf, name = draw(_leaf(folders))
+    folders, secrets = _folders(draw)
+    leaf, name = _leaf(draw, folders)
     return _Raw("~", folders, leaf, tuple(secrets), name, win, "posix")
 
 
 @st.composite
 def _var(draw: st.DrawFn) -> _Raw:
-    head, win = draw(
-        st.sampled_from(
-            [
-                ("$HOME", False),
-                ("${HOME}", False),
-                ("$TMPDIR", False),
-                ("%USERPROFILE%", True),
-                ("%userprofile%", True),
-                ("%HOMEPATH%", True),
-                ("%HOMEDRIVE%%HOMEPATH%", True),
-                ("%APPDATA%", True),
-                ("$env:USERPROFILE", True),
-                ("$HOME", True),
-            ]
-        )
+    head, win = _pick(
+        draw,
+        [
+            ("$HOME", False),
+            ("${HOME}", False),
+            ("$TMPDIR", False),
+            ("%USERPROFILE%", True),
+            ("%userprofile%", True),
+            ("%HOMEPATH%", True),
+            ("%HOMEDRIVE%%HOMEPATH%", True),
+            ("%APPDATA%", True),
+            ("$env:USERPROFILE", True),
+            ("$HOME", True),
+        ],
     )
-    folders, secrets = draw(_folders())
-    leaf, name = draw(_leaf(folders))
+    folders, secrets = _folders(draw)
+    leaf, name = _leaf(draw, folders)
     return _Raw(head, folders, leaf, tuple(secrets), name, win, "var")
 
 
 @st.composite
 def _windows(draw: st.DrawFn) -> _Raw:
-    form = draw(st.sampled_from(["drive", "drive", "users", "unc", "device", "device_unc"]))
-    folders, secrets = draw(_folders())
-    leaf, name = draw(_leaf(folders))
+    form = _pick(draw, ["drive", "drive", "users", "unc", "device", "device_unc"])
+    folders, secrets = _folders(draw)
+    leaf, name = _leaf(draw, folders)
     drive = _case(draw, "C") + ":"
     if form == "users":
         head = drive + "\\" + _case(draw, "Users")
-        if draw(st.integers(0, 5)) == 0:
+        if _int(draw, 5) == 0:
             folders, leaf, name = folders[:1], "", "~"
     elif form == "drive":
         head = drive
     elif form == "unc":
-        server = draw(secret_tokens())
+        server = _secret(draw)
         head, secrets = "\\\\" + server, [server, *secrets]
     elif form == "device":
-        head = draw(st.sampled_from(["\\\\?\\", "\\\\.\\", "\\??\\"])) + drive
+        head = _pick(draw, ["\\\\?\\", "\\\\.\\", "\\??\\"]) + drive
     else:
-        server = draw(secret_tokens())
+        server = _secret(draw)
         head, secrets = "\\\\?\\UNC\\" + server, [server, *secrets]
-    sep_fwd = form in ("drive", "users") and draw(st.integers(0, 3)) == 0
+    sep_fwd = form in ("drive", "users") and _int(draw, 3) == 0
     return _Raw(head, folders, leaf, tuple(secrets), name, not sep_fwd, "win")
+
+
+_URI_BASES = st.one_of(_posix(), _windows().filter(lambda r: r.head[1:2] == ":"))
 
 
 @st.composite
 def _uri(draw: st.DrawFn) -> _Raw:
-    base = draw(st.one_of(_posix(), _windows().filter(lambda r: r.head[1:2] == ":")))
-    kind = draw(st.sampled_from(["file", "file", "deeplink"]))
+    base = draw(_URI_BASES)
+    kind = _pick(draw, ["file", "file", "deeplink"])
     return base._replace(kind=kind, win=False)
 
 
@@ -298,26 +328,24 @@ def _json1(s: str, slash: bool, ascii_only: bool) -> str:
     return out.replace("/", "\\/") if slash else out
 
 
-@st.composite
 def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
     """The path text of ``raw`` in one spelling."""
     sep = "\\" if raw.win else "/"
-    spelling = draw(
-        st.sampled_from(
-            [
-                "plain",
-                "plain",
-                "odd_seps",
-                "shell",
-                "json",
-                "json_slash",
-                "json_ascii",
-                "json2",
-                "pct",
-                "pct_lower",
-                "pct2",
-            ]
-        )
+    spelling = _pick(
+        draw,
+        [
+            "plain",
+            "plain",
+            "odd_seps",
+            "shell",
+            "json",
+            "json_slash",
+            "json_ascii",
+            "json2",
+            "pct",
+            "pct_lower",
+            "pct2",
+        ],
     )
     if spelling == "shell" and raw.kind == "posix" and not raw.win and raw.folders:
         raw = raw._replace(folders=[raw.folders[0] + "\\ copy", *raw.folders[1:]])
@@ -326,28 +354,24 @@ def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
         if raw.head[1:2] == ":":
             text = "file:///" + quote(text.replace("\\", "/"))
         else:
-            text = draw(
-                st.sampled_from(["file://", "file:", "file://localhost", "FILE://"])
-            ) + quote(text)
+            text = _pick(draw, ["file://", "file:", "file://localhost", "FILE://"]) + quote(text)
     elif raw.kind == "deeplink":
-        scheme = draw(
-            st.sampled_from(["vscode", "vscode-insiders", "cursor", "windsurf", "myeditor"])
-        )
-        line = draw(st.sampled_from(["", ":12", ":3:7"]))
+        scheme = _pick(draw, ["vscode", "vscode-insiders", "cursor", "windsurf", "myeditor"])
+        line = _pick(draw, ["", ":12", ":3:7"])
         path = text.replace("\\", "/")
         text = f"{scheme}://file{'' if path.startswith('/') else '/'}{path}{line}"
     if spelling == "odd_seps" and raw.kind == "posix" and not raw.win and text.startswith("/"):
         segs = text.split("/")
         text = "/".join(
-            s + draw(st.sampled_from(["", "", "/", "/."])) if 0 < i < len(segs) - 1 else s
+            s + _pick(draw, ["", "", "/", "/."]) if 0 < i < len(segs) - 1 else s
             for i, s in enumerate(segs)
         )
-        if draw(st.booleans()):
-            text = draw(st.sampled_from(["/", "/."])) + text
+        if _pick(draw, _BOOLS):
+            text = _pick(draw, ["/", "/."]) + text
     elif spelling in ("json", "json_slash", "json_ascii"):
         text = _json1(text, spelling == "json_slash", spelling == "json_ascii")
     elif spelling == "json2":
-        text = _json1(_json1(text, draw(st.booleans()), False), False, False)
+        text = _json1(_json1(text, _pick(draw, _BOOLS), False), False, False)
     elif spelling in ("pct", "pct_lower", "pct2"):
         text = quote(text, safe="")
         if spelling == "pct_lower":
@@ -357,16 +381,19 @@ def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
     return text
 
 
+@st.composite
+def _host_path(draw: st.DrawFn) -> HostPath:
+    raw = draw(_RAW_PATHS)
+    return HostPath(_spelled(draw, raw), raw.secrets, raw.name)
+
+
+_RAW_PATHS = st.one_of(_posix(), _configured(), _tilde(), _var(), _windows(), _uri())
+_HOST_PATHS = _host_path()
+
+
 def host_paths() -> st.SearchStrategy[HostPath]:
     """One host path of any class in any spelling."""
-    raws = st.one_of(_posix(), _configured(), _tilde(), _var(), _windows(), _uri())
-
-    @st.composite
-    def build(draw: st.DrawFn) -> HostPath:
-        raw = draw(raws)
-        return HostPath(draw(_spelled(raw)), raw.secrets, raw.name)
-
-    return build()
+    return _HOST_PATHS
 
 
 # --- planting ---------------------------------------------------------------------
@@ -431,10 +458,10 @@ def planted_texts(draw: st.DrawFn, max_paths: int = 3) -> Planted:
     parts: list[str] = []
     secrets: list[str] = []
     names: list[str] = []
-    for _ in range(draw(st.integers(1, max_paths))):
-        hp = draw(host_paths())
-        before, after = draw(st.sampled_from(CONTEXTS))
-        gap = draw(st.sampled_from([" ", "\n", "  "]))
+    for _ in range(1 + _int(draw, max_paths - 1)):
+        hp = draw(_HOST_PATHS)
+        before, after = _pick(draw, CONTEXTS)
+        gap = _pick(draw, (" ", "\n", "  "))
         parts += [draw(_WORDS), gap, before, hp.text, after, gap]
         secrets += hp.secrets
         names.append(hp.name)
@@ -474,6 +501,9 @@ NON_PATHS: tuple[str, ...] = (
 )
 
 
+_NON_PATH_CONTEXTS = ((" ", " "), (" (", ") "), ("\n", "\n"), (", ", ". "), (" `", "` "))
+
+
 def non_paths() -> st.SearchStrategy[str]:
     return st.sampled_from(NON_PATHS)
 
@@ -482,14 +512,9 @@ def non_paths() -> st.SearchStrategy[str]:
 def texts_without_paths(draw: st.DrawFn) -> str:
     """Prose around URLs, API routes, fractions...: must come out unchanged."""
     parts = []
-    for _ in range(draw(st.integers(1, 4))):
-        sep = draw(st.sampled_from([" ", " (", "\n", ", ", " `"]))
-        parts += [
-            draw(_WORDS),
-            sep,
-            draw(non_paths()),
-            draw(st.sampled_from([" ", ") ", ".", "` "])),
-        ]
+    for _ in range(1 + _int(draw, 3)):
+        before, after = _pick(draw, _NON_PATH_CONTEXTS)
+        parts += [draw(_WORDS), before, _pick(draw, NON_PATHS), after]
     return "".join(parts)
 
 
@@ -515,7 +540,8 @@ def _json_unescape(s: str) -> str:
     return _JSON_ESC.sub(one, s)
 
 
-_DECODERS: tuple[Callable[[str], str], ...] = (
+#: the spellings a secret may hide in: raw, percent-decoded, JSON-unescaped
+DECODERS: tuple[Callable[[str], str], ...] = (
     lambda s: s,
     unquote,
     lambda s: unquote(unquote(s)),
@@ -530,5 +556,5 @@ def leaked(output_text: str, secret_tokens: tuple[str, ...] | list[str]) -> list
     JSON-unescaped, percent-decoded once or twice)."""
     if not secret_tokens:
         return []
-    views = {dec(output_text).casefold() for dec in _DECODERS}
+    views = {dec(output_text).casefold() for dec in DECODERS}
     return [s for s in secret_tokens if any(s.casefold() in v for v in views)]

@@ -104,7 +104,12 @@ c(
     ["C:" + B + "Users" + B + "bob" + B + "out" + B + "r.docx"],
     "Windows normal form: backslashes",
 )
-c("d:" + B + "data" + B + "x.csv", "x.csv", ["D:" + B + "data" + B + "x.csv"], "drive letter upper case")
+c(
+    "d:" + B + "data" + B + "x.csv",
+    "x.csv",
+    ["D:" + B + "data" + B + "x.csv"],
+    "drive letter upper case",
+)
 c(
     "C:" + B + "Program Files" + B + "App" + B + "a.exe",
     "Program Files" + B + "App" + B + "a.exe",
@@ -262,7 +267,7 @@ c(
     '{\\"path\\": \\"\\/Users\\/alice\\/x.pdf\\"}',
     '{\\"path\\": \\"x.pdf\\"}',
     ["/Users/alice/x.pdf"],
-    "JSON inside a JSON string: the closing \\\" is given back",
+    'JSON inside a JSON string: the closing \\" is given back',
 )
 c(
     '"\\\\\\/Users\\\\\\/alice\\\\\\/two.txt"',
@@ -424,7 +429,12 @@ c(
     "a mount prefix in another case: its configured spelling",
 )
 c("/SRV/Agent/ARTIFACTS/r.pdf", "r.pdf", ["/srv/agent/artifacts/r.pdf"])
-c("c:" + W + "WORK" + W + "x.txt", "x.txt", ["C:" + W + "work" + W + "x.txt"], "Windows mount, other case")
+c(
+    "c:" + W + "WORK" + W + "x.txt",
+    "x.txt",
+    ["C:" + W + "work" + W + "x.txt"],
+    "Windows mount, other case",
+)
 # --- 2e. non-canonical separators
 c("//Users//alice/x.txt", "x.txt", ["/Users/alice/x.txt"], "doubled slashes")
 c("/Users/./alice/y.txt", "y.txt", ["/Users/alice/y.txt"], "dot segment")
