@@ -227,63 +227,73 @@ def _root_end() -> _P:
         f"(?:{_PS.full}|{_WS.full}|{_STOP_CLASS}|[.,;:!?]{{1,8}}(?:{_STOP_CLASS}|\\Z)"
         r"|\\[nrtbf\"]|\Z)"
     )
-    prefix = f"(?:{_PS.prefix}|[.,;:!?]{{1,8}}|\\\\)"
+    prefix = (
+        f"(?:{_PS.prefix}|{_WS.prefix}|{_STOP_CLASS}|[.,;:!?]{{1,8}}{_STOP_CLASS}?"
+        r'|\\[nrtbf"]?)'
+    )
     return _look(_P(full, prefix, 9))
 
 
-def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
-    """Every start form, one named alternative per family (longest and most
-    specific first: a configured root before the default roots)."""
-    alias = _alt(
-        _seq(_lit("system"), _PSEPS, _lit("volumes"), _PSEPS, _lit("data")),
-        _seq(
-            _lit("proc"),
-            _PSEPS,
-            _alt(_rep(_ch("[0-9]"), 1, 10), _lit("self"), _lit("thread-self")),
-            _PSEPS,
-            _alt(_lit("root"), _lit("cwd")),
-        ),
-    )
-    roots = _alt(*[_segments(r) for r in DEFAULT_ROOT_NAMES])
-    posix = _seq(_PSEPS, _alt(alias, roots), _look(_PS))
+_ALIAS_START = _alt(
+    _seq(_lit("system"), _PSEPS, _lit("volumes"), _PSEPS, _lit("data")),
+    _seq(
+        _lit("proc"),
+        _PSEPS,
+        _alt(_rep(_ch("[0-9]"), 1, 10), _lit("self"), _lit("thread-self")),
+        _PSEPS,
+        _alt(_lit("root"), _lit("cwd")),
+    ),
+)
+
+
+def _var_start() -> _P:
+    """``$HOME``, ``${HOME}``, ``$env:USERPROFILE``, ``%USERPROFILE%``, ... (any case)."""
     names = _alt(*[_lit(v) for v in FOLDER_VARS])
     dollar, pct = _enc("$"), _enc("%")
-    var = _alt(
+    return _alt(
         _seq(pct, _lit("homedrive"), pct, pct, _lit("homepath"), pct),
         _seq(dollar, _opt(_seq(_lit("env"), _COLON)), names),
         _seq(dollar, _enc("{"), names, _enc("}")),
         _seq(pct, names, pct),
     )
-    user = _seq(_ch("[a-z_]"), _rep(_ch(r"[\w.-]"), 0, 31))
-    unc_lead = _alt(_rep(_BS, 2, 8), _rep(_BS_ENC, 2, 2))
+
+
+def _device_start() -> _P:
+    """``\\\\?\\``, ``\\\\.\\``, ``\\??\\``, ``//?/`` (escaped or percent-encoded too)."""
     q = _enc("?")
-    dev_sep = _alt(_WS, _PS)
-    device = _seq(
-        _alt(
-            _seq(_alt(unc_lead, _seq(_PS, _PS)), _alt(q, _enc("."))),
-            _seq(_alt(_rep(_BS, 1, 4), _BS_ENC), q, q),
-        ),
-        dev_sep,
+    lead = _alt(_rep(_BS, 2, 8), _rep(_BS_ENC, 2, 2), _seq(_PS, _PS))
+    return _seq(
+        _alt(_seq(lead, _alt(q, _enc("."))), _seq(_alt(_rep(_BS, 1, 4), _BS_ENC), q, q)),
+        _alt(_WS, _PS),
         _look(_ch(r"[\w{%]")),
     )
+
+
+def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
+    """Every start form, one named alternative per family (longest and most
+    specific first: a configured root before the default roots)."""
+    roots = _alt(*[_segments(r) for r in DEFAULT_ROOT_NAMES])
+    user = _seq(_ch("[a-z_]"), _rep(_ch(r"[\w.-]"), 0, 31))
+    unc_lead = _alt(_rep(_BS, 2, 8), _rep(_BS_ENC, 2, 2))
     drive_sep = _alt(_WS, _seq(_lit("/"), _look(_ch("[^/]"))), _lit("%2f"), _lit("%252f"))
     schemes = _alt(*[_lit(s) for s in EDITOR_SCHEMES])
     alts = []
     if cfg_roots:
         cfg = _alt(*[_segments(r) for r in cfg_roots])
-        alts.append(_group("cfg", _seq(_PSEPS, _opt(_seq(alias, _PSEPS)), cfg, _root_end())))
-    alts += [
-        _group("posix", posix),
+        alts.append(_group("cfg", _seq(_PSEPS, _opt(_seq(_ALIAS_START, _PSEPS)), cfg, _root_end())))
+    share = _look(_ch(r"[\w.$%-]"))
+    return [
+        *alts,
+        _group("posix", _seq(_PSEPS, _alt(_ALIAS_START, roots), _look(_PS))),
         _group("uri", _seq(_PS, _PS, _lit("file"), _look(_PS))),
-        _group("device", device),
-        _group("unc", _seq(unc_lead, _rep(_ch(r"[\w.$-]"), 1, 63), _WS, _look(_ch(r"[\w.$%-]")))),
+        _group("device", _device_start()),
+        _group("unc", _seq(unc_lead, _rep(_ch(r"[\w.$-]"), 1, 63), _WS, share)),
         _group("drive", _seq(_ch("[a-z]"), _COLON, drive_sep)),
         _group("tilde", _seq(_lit("~"), _opt(user), _alt(_PS, _WS))),
-        _group("var", _seq(var, _alt(_PS, _WS))),
+        _group("var", _seq(_var_start(), _alt(_PS, _WS))),
         _group("file", _seq(_lit("file"), _COLON, _PS)),
         _group("deeplink", _seq(schemes, _COLON, _PS, _PS, _lit("file"), _look(_PS))),
     ]
-    return alts
 
 
 #: a letters-only fragment is a prefix of a start iff it is one letter (a drive)
@@ -333,8 +343,6 @@ _STOP_ESC = re.compile(rf"{_STOP_CLASS}|{_ESC_END}")
 _STOP_SHELL = re.compile(rf"(?<!(?<!\\)\\){_STOP_CLASS}|{_ESC_END}")
 #: percent-encoded paths: also the URL delimiters
 _STOP_PCT = re.compile(rf"{_STOP_CLASS}|[&#?=]|{_ESC_END}")
-_CJK_STOP = "。，、；：！？「」『』（）【】《》〈〉"
-_PROSE_STOP = _STOP_WIN  # kept for callers that want the plain prose stops
 _SEPARATORS = re.compile(r"(?:\\u00(?:2[fF]|5[cC])|%(?:25)?(?:2[fF]|5[cC])|[/\\])+")
 _DUP_SEP = re.compile(r"/(?:\.?/)+")
 _DUP_WIN_SEP = re.compile(r"\\(?:\.?\\)+")

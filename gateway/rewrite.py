@@ -57,13 +57,15 @@ def _md_escape(name: str) -> str:
     return name.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
 
 
-def render(match: PathMatch, url: str | None) -> str:
+def render(match: PathMatch, url: str | None, *, json_text: bool = False) -> str:
     """The text that replaces ``match`` given the resolver's answer.
 
     The replacement is written in the path's own spelling: a percent-encoded
     path's name is percent-encoded again (it cannot end the surrounding URL), and
     inside a JSON-escaped string the whole replacement is JSON-escaped (a ``"`` or
-    ``\\`` in a name cannot end or break that string).
+    ``\\`` in a name cannot end or break that string). ``json_text`` says the whole
+    channel is JSON text (tool-call arguments): a plainly spelled path is then
+    inside a JSON string too.
     """
     name = match.name
     if match.pct_level:
@@ -75,9 +77,9 @@ def render(match: PathMatch, url: str | None) -> str:
         text = url
     else:
         text = f"[{_md_escape(name)}]({url})"
-    if match.json_level:
-        for _ in range(match.json_level):
-            text = json_escape(text)
+    level = match.json_level or (1 if json_text and not match.overlong else 0)
+    for _ in range(level):
+        text = json_escape(text)
     return text + match.suffix if match.suffix else text
 
 
@@ -95,8 +97,10 @@ class StreamRewriter:
         detector: PathDetector | None = None,
         extra_roots: Iterable[str] = (),
         max_path_chars: int = DEFAULT_MAX_PATH_CHARS,
+        json_text: bool = False,
     ) -> None:
         self._resolve: Resolver = resolver or name_only
+        self.json_text = json_text  #: the channel is JSON text (see :func:`render`)
         self._detector = detector or PathDetector.shared(tuple(extra_roots), max_path_chars)
         self._hist = ""  # up to LOOKBEHIND raw characters already emitted (context only)
         self._held = ""  # raw text not yet emitted
@@ -137,7 +141,9 @@ class StreamRewriter:
 
     def _join(self, pieces: list[Piece]) -> str:
         return "".join(
-            p if isinstance(p, str) else render(p, None if p.overlong else self._resolve(p.path))
+            p
+            if isinstance(p, str)
+            else render(p, None if p.overlong else self._resolve(p.path), json_text=self.json_text)
             for p in pieces
         )
 
