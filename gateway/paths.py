@@ -952,8 +952,11 @@ class PathDetector:
         if raw[-1:] == "\\":
             raw = _give_back(raw, sp)
         b = body - start
-        if len(raw) < b:
-            return None
+        if len(raw) < b:  # the backslash given back was the start's: is it one still?
+            again = self._start[raw[0]].match(raw) if raw else None
+            if again is None or again.end() > len(raw):
+                return None
+            b = again.end()
         if family != "cfg" and (family != "tilde" or raw[1] in "/\\%"):
             # a generic anchor (/tmp/, ~/, C:\\) needs a name after it, not a space
             rest = raw[b:]

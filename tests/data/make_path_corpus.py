@@ -499,6 +499,12 @@ c(
     ['/tmp/say"hi.txt'],
     "a name with a quote inside JSON text is escaped again",
 )
+c(
+    "{" + B + '"p' + B + '": ' + B + '"~bob' + B * 3 + '"}',
+    "{" + B + '"p' + B + '": ' + B + '"~' + B + '"}',
+    ["~bob"],
+    "JSON-in-JSON: the closing escape is given back even from the start's separator",
+)
 # --- still not paths
 c("GET /api/v1/users/list", "GET /api/v1/users/list", [], "API route with a root name inside")
 c("http://example.com/Users/", "http://example.com/Users/", [])
