@@ -790,6 +790,8 @@ class PathDetector:
         """Boundary positions in the ASCII word that ends before ``buf[k]`` (for
         ``C:``, ``file:``, ``vscode:``), leftmost first: its first letter, a letter
         after ``-``, after a JSON ``\\n`` or after a ``%XX`` escape."""
+        if k - 2 < lo or buf[k - 2] not in _WORD:  # one letter: a drive (the common case)
+            return [k - 1] if buf[k - 1] != "-" and _boundary_at(buf, k - 1) else []
         j = k
         floor = max(lo, k - 16)
         while j > floor and buf[j - 1] in _WORD:
