@@ -32,10 +32,11 @@ Rules
    class finds them, so prose without any costs a single C-level scan. Starts that
    begin with letters (``C:``, ``file:``, ``vscode://``) are found from their colon
    by looking back over the word before it.
-2. *Start.* One compiled regex (:data:`_START` built by :func:`_start_grammar`)
-   holds every start form, case-insensitively; a twin regex built from the same
-   grammar matches exactly the *prefixes* of those starts. At the end of a buffer
-   that twin answers "could this still become a start?" (hold it) with no guess.
+2. *Start.* One grammar (:func:`_start_grammar`) holds every start form,
+   case-insensitively, compiled per first character into the starts and a twin
+   that matches exactly the *prefixes* of those starts. At the end of a buffer the
+   twin answers "could this still become a start?" (hold it) with no guess; a
+   letters-only tail needs only a set lookup (``C``, ``fil``, ``vsco``).
    A start counts only at a boundary: not right after a letter or digit of a
    space-separated script or after ``/ \\ . ~`` (keeps URLs, ``and/or``,
    ``../tmp`` out); a JSON ``\\n``/``\\t`` or a ``%XX`` escape before it is a
