@@ -290,6 +290,7 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
         _group("device", _device_start()),
         _group("unc", _seq(unc_lead, _rep(_ch(r"[\w.$-]"), 1, 63), _WS, share)),
         _group("drive", _seq(_ch("[a-z]"), _COLON, drive_sep)),
+        _group("winroot", _seq(_WS, _lit("users"), _look(_WS))),  # \\Users\\bob: no drive
         _group("tilde", _seq(_lit("~"), _opt(user), _alt(_PS, _WS))),
         _group("var", _seq(_var_start(), _alt(_PS, _WS))),
         _group("file", _seq(_lit("file"), _COLON, _PS)),
@@ -373,7 +374,7 @@ _VAR_HEAD = re.compile(r"%homedrive%%homepath%|\$\{(\w+)\}|\$(?:env:)?(\w+)|%(\w
 #: folder is longer (a path that ran into another one)
 _USER_PARENT_NAMES = frozenset({"users", "home", "media", "documents and settings"})
 _USER_PARENT_LENS = frozenset({4, 5, 22})
-_WIN_START = frozenset({"drive", "unc", "device"})
+_WIN_START = frozenset({"drive", "unc", "device", "winroot"})
 _PCT1 = re.compile("%(?:2f|5c|3a|24)")
 _PCT2 = re.compile("%25(?:2f|5c|3a|24)")
 
@@ -989,7 +990,7 @@ class PathDetector:
             s = _SHELL_ESC.sub(r"\1", s)
         if family in ("posix", "cfg"):
             return self._configured(_canon_posix(s))
-        if family == "drive":
+        if family in ("drive", "winroot"):
             return self._configured(_canon_win(s))
         if family == "unc":
             return "\\\\" + _canon_win(s.replace("/", "\\").lstrip("\\"))

@@ -279,7 +279,7 @@ def _var(draw: st.DrawFn) -> _Raw:
 
 @st.composite
 def _windows(draw: st.DrawFn) -> _Raw:
-    form = _pick(draw, ["drive", "drive", "users", "unc", "device", "device_unc"])
+    form = _pick(draw, ["drive", "drive", "users", "rootrel", "unc", "device", "device_unc"])
     folders, secrets = _folders(draw)
     leaf, name = _leaf(draw, folders)
     drive = _case(draw, "C") + ":"
@@ -287,6 +287,8 @@ def _windows(draw: st.DrawFn) -> _Raw:
         head = drive + "\\" + _case(draw, "Users")
         if _int(draw, 5) == 0:
             folders, leaf, name = folders[:1], "", "~"
+    elif form == "rootrel":  # \Users\<user>\...: no drive letter
+        head = "\\" + _case(draw, "Users")
     elif form == "drive":
         head = drive
     elif form == "unc":

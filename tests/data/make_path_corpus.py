@@ -505,6 +505,14 @@ c(
     ["~bob"],
     "JSON-in-JSON: the closing escape is given back even from the start's separator",
 )
+c(
+    "in " + W + "Users" + W + "bob" + W + "d.txt",
+    "in d.txt",
+    [W + "Users" + W + "bob" + W + "d.txt"],
+    "Windows path without a drive",
+)
+c("x %5CUsers%5Cbob", "x ~", [W + "Users" + W + "bob"], "percent-encoded, a home itself")
+c("a " + W + "Users" + W + " b", "a " + W + "Users" + W + " b", [], "the anchor alone")
 # --- still not paths
 c("GET /api/v1/users/list", "GET /api/v1/users/list", [], "API route with a root name inside")
 c("http://example.com/Users/", "http://example.com/Users/", [])
