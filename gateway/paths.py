@@ -349,6 +349,7 @@ _SEPARATORS = re.compile(r"(?:\\u00(?:2[fF]|5[cC])|%(?:25)?(?:2[fF]|5[cC])|[/\\]
 _DUP_SEP = re.compile(r"/(?:\.?/)+")
 _DUP_WIN_SEP = re.compile(r"\\(?:\.?\\)+")
 _DRIVE = re.compile(r"/?[A-Za-z]:[\\/]")
+_BACKSLASHES = re.compile(r"\\+")
 _JSON_U = re.compile(r"\\u[0-9a-fA-F]{4}")
 _JSON_ESCAPE = re.compile(r'\\[u"\\/bfnrt]')
 _TILDE_HEAD = re.compile(r"~[^/\\]*")
@@ -429,9 +430,10 @@ def _spelling_of(family: str, start: str) -> _Spelling:
     elif not runs:
         json = 0
     else:
+        # a \\server or \\?\ lead is two backslashes at level 0; \??\ and C:\ have one
+        double = family in ("unc", "device") and "??" not in start
         lead = runs[0] if family in ("unc", "device") else runs[-1]
-        json = max(0, lead.bit_length() - (2 if family in ("unc", "device") else 1))
-        json = min(json, 2)
+        json = min(2, max(0, lead.bit_length() - (2 if double else 1)))
     return _spelling(win, json, pct)
 
 
@@ -629,6 +631,9 @@ def _in_json_text(raw: str, family: str, sp: _Spelling) -> bool:
     """A plain path with a JSON escape in it (``\\u00e9``, ``\\"``) sits in JSON text."""
     if not sp.win:
         return _JSON_ESCAPE.search(raw) is not None
+    if family == "unc":  # \\Users\\bob\\x: every separator doubled, so JSON-escaped
+        runs = _BACKSLASHES.findall(_JSON_U.sub("", raw[2:]))
+        return bool(runs) and all(len(r) % 2 == 0 for r in runs)
     return raw[2:3] == "/" and family == "drive" and _JSON_U.search(raw) is not None
 
 

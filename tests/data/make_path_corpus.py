@@ -513,6 +513,18 @@ c(
 )
 c("x %5CUsers%5Cbob", "x ~", [W + "Users" + W + "bob"], "percent-encoded, a home itself")
 c("a " + W + "Users" + W + " b", "a " + W + "Users" + W + " b", [], "the anchor alone")
+c(
+    '"' + W * 2 + "Users" + W * 2 + "bob" + W * 2 + W + 'u62a5.txt"',
+    '"报.txt"',
+    [W * 2 + "Users" + W + "bob" + W + "报.txt"],
+    "JSON-escaped drive-less path: every separator doubled, so JSON text",
+)
+c(
+    W * 2 + "??" + W * 2 + "C:" + W * 2 + "bob" + W * 2 + "n.txt",
+    "n.txt",
+    ["C:" + W + "bob" + W + "n.txt"],
+    "JSON-escaped NT prefix: its level-0 form has single backslashes",
+)
 # --- still not paths
 c("GET /api/v1/users/list", "GET /api/v1/users/list", [], "API route with a root name inside")
 c("http://example.com/Users/", "http://example.com/Users/", [])
