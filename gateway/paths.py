@@ -6,30 +6,59 @@ The detector answers one question for the streaming rewriter: starting at ``pos`
 in a buffer of text, where is the next host-local path, where does it end, and is
 that already certain or does it depend on text that has not arrived yet?
 
-1. *Triggers.* A path can only start at one of four characters: ``/`` (a POSIX
-   root such as ``/Users/``), ``~`` (``~/``), ``\\`` (UNC ``\\\\server\\share``) or
-   ``:`` (the colon of a drive ``C:\\`` / ``C:/`` or of ``file://``). One compiled
-   character-class search finds them, so prose without any of them costs a single
-   C-level scan.
-2. *Start check.* At a trigger the detector checks the boundary (a path never
-   starts right after a letter or digit of a space-separated script, or after
-   ``/ \\ . ~``: that keeps ``https://host/tmp/x``, ``and/or``, ``../tmp`` and ``s://``
-   out; any other punctuation, ``_`` ``-`` ``]`` included, is a boundary) and the
-   literal start (root name, ``~/``, ``file://``, drive, UNC). If the buffer ends
-   inside a possible start the answer is "need more".
-3. *Context.* The one or two characters before the start say how the path is
-   delimited: after `` ` ``, ``"``, ``'`` or ``<``, and as a markdown link target
-   ``](``, the path runs to the matching closer on the same line and may contain
-   spaces (*quoted*); after ``[`` it is link text; otherwise it is *prose* and ends
-   at whitespace, a quote, backtick, angle bracket, ``*``, ``|``, an unbalanced
-   closing bracket, CJK punctuation, or trailing ASCII sentence punctuation.
-4. *Bound.* Nothing longer than ``max_path_chars`` is ever held: a quoted
-   candidate without its closer by then is re-read as prose, and a prose path
-   longer than the bound is *overlong*: the caller consumes it to its end keeping
-   only its last segment (:class:`OverlongPath`) and emits that name alone.
+*Normal form.* A path is recognised in any spelling that software produces and
+handed on in one normal form (``PathMatch.path``):
 
-Every decision depends only on the text (never on where a chunk ended), which is
-what makes the rewriter's output independent of chunking.
+- decoded: percent-encoding (``%2F``, ``%5C``, ``%252F``...) and JSON string
+  escapes (``\\/``, ``\\\\``, ``\\u002f``, ``\\u00e9``; one or two levels) are undone,
+  and so are shell escapes (``\\ ``) of a plain POSIX path;
+- prefixed forms reduced: ``file:`` URIs (``file:/x``, ``file:///x``,
+  ``file://host/x``), editor deep links (``vscode://file/x:12``), Windows device
+  prefixes (``\\\\?\\``, ``\\\\.\\``, ``\\??\\``, ``\\\\?\\UNC\\``), the macOS firmlink
+  ``/System/Volumes/Data`` and ``/proc/<pid>/root`` are dropped; ``$HOME``,
+  ``${HOME}``, ``%USERPROFILE%``, ``$env:USERPROFILE``, ``%HOMEDRIVE%%HOMEPATH%``
+  become ``~``;
+- canonical separators: POSIX ``/``, Windows ``\\`` (drive letter upper case); runs
+  of separators and ``.`` segments collapse, a trailing separator is dropped;
+- a configured root or mount prefix written in another letter case gets its
+  configured spelling (``/Workspace/x`` -> ``/workspace/x``).
+
+The name (``PathMatch.name``) is the last segment of the normal form; a per-user
+directory itself (``/Users/alice``, ``/media/bob``, ``~alice``) is ``~``.
+
+Rules
+-----
+1. *Triggers.* Every start holds one of ``/ ~ \\ : % $``; one compiled character
+   class finds them, so prose without any costs a single C-level scan. Starts that
+   begin with letters (``C:``, ``file:``, ``vscode://``) are found from their colon
+   by looking back over the word before it.
+2. *Start.* One grammar (:func:`_start_grammar`) holds every start form,
+   case-insensitively, compiled per first character into the starts and a twin
+   that matches exactly the *prefixes* of those starts. At the end of a buffer the
+   twin answers "could this still become a start?" (hold it) with no guess; a
+   letters-only tail needs only a set lookup (``C``, ``fil``, ``vsco``).
+   A start counts only at a boundary: not right after a letter or digit of a
+   space-separated script or after ``/ \\ . ~`` (keeps URLs, ``and/or``,
+   ``../tmp`` out); a JSON ``\\n``/``\\t`` or a ``%XX`` escape before it is a
+   boundary. ``//`` right after ``:`` is a URL authority, never a POSIX path.
+3. *Body.* Generic anchors (``/tmp/``, ``~/``, ``C:\\``, ``$HOME/``) need a
+   non-separator after them; a configured root or mount prefix and ``~user/`` are
+   paths on their own.
+4. *End.* The one or two characters before the start give the context: after
+   `` ` ``, ``"``, ``'``, ``<`` or ``](`` the path runs to the matching closer on the
+   same line (*quoted*); after ``[`` it is link text; otherwise it is *prose* and
+   ends at whitespace, a quote, backtick, angle bracket, ``*``, ``|``, an unbalanced
+   closing bracket, CJK punctuation, a JSON escape (``\\n``, ``\\"``; not in a plain
+   Windows path, where ``\\`` is the separator), after a percent-encoded path also
+   at ``& # ? =``; trailing ASCII sentence punctuation is given back.
+5. *Bound.* Nothing longer than ``max_path_chars`` is held: a quoted candidate
+   without its closer by then is re-read as prose, and a longer prose path is
+   *overlong*: consumed to its end keeping only its last segment
+   (:class:`OverlongPath`).
+
+Every decision depends only on the text (never on where a chunk ended) and looks
+back at most :data:`LOOKBEHIND` characters before ``pos``, which is what makes the
+rewriter's output independent of chunking.
 """
 
 from __future__ import annotations
@@ -43,7 +72,6 @@ from urllib.parse import unquote
 
 DEFAULT_ROOT_NAMES: tuple[str, ...] = (
     "Users",
-    "users",
     "home",
     "root",
     "tmp",
@@ -54,10 +82,36 @@ DEFAULT_ROOT_NAMES: tuple[str, ...] = (
     "opt",
     "srv",
     "etc",
+    "media",
+    "run/user",
+)
+#: editor deep links ``<scheme>://file/<abs path>[:line[:col]]`` replaced whole
+#: (any other scheme: the path from ``//file`` on is replaced, the scheme stays)
+EDITOR_SCHEMES: tuple[str, ...] = (
+    "vscode-insiders",
+    "vscode",
+    "vscodium",
+    "cursor",
+    "windsurf",
+    "zed",
+)
+#: environment variables whose value is a host folder (``$X/``, ``${X}/``, ``%X%\\``...)
+HOME_VARS: tuple[str, ...] = ("home", "userprofile", "homepath")
+FOLDER_VARS: tuple[str, ...] = (
+    *HOME_VARS,
+    "homedrive",
+    "appdata",
+    "localappdata",
+    "tmpdir",
+    "temp",
+    "tmp",
+    "onedrive",
 )
 DEFAULT_MAX_PATH_CHARS = 4096
 #: the last segment of an overlong path is kept up to this many characters
 MAX_NAME_CHARS = 255
+#: characters before ``pos`` a decision may look at (the rewriter keeps this many)
+LOOKBEHIND = 5
 
 
 class Context(Enum):
@@ -72,37 +126,349 @@ class PathMatch(NamedTuple):
     """A complete host-local path found in the text (immutable)."""
 
     raw: str  #: the text that is replaced ("" for an overlong path: never kept whole)
-    path: str  #: normalised path handed to the resolver
-    name: str  #: the file name alone (never a folder part)
+    path: str  #: normal form handed to the resolver (see the module docstring)
+    name: str  #: the file name alone (never a folder part), decoded
     context: Context
     overlong: bool = False
     suffix: str = ""  #: literal text emitted after the replacement (overlong paths only)
+    json_level: int = 0  #: JSON string escaping around the path: the replacement gets it too
+    pct_level: int = 0  #: percent-encoding of the path: the name gets it too
 
 
-# --- character classes ------------------------------------------------------
+# --- the start grammar --------------------------------------------------------
+#
+# Each node carries the regex of its language and the regex of every prefix of a
+# string in it (the empty string and the whole string included), so "the buffer
+# ends inside a start" is a regex match, not a guess.
 
-_TRIGGER = re.compile(r"[/~\\:]")
-_CJK_STOP = "。，、；：！？「」『』（）【】《》〈〉"
-_PROSE_STOP = re.compile(r"[\s\"'`<>*|()\[\]{}\x00-\x1f\x7f" + _CJK_STOP + "]")
+
+class _P(NamedTuple):
+    full: str
+    prefix: str
+    maxlen: int
+
+
+def _lit(s: str) -> _P:
+    prefix = ""
+    for ch in reversed(s):
+        prefix = f"(?:{re.escape(ch)}{prefix})?"
+    return _P(re.escape(s), prefix, len(s))
+
+
+def _ch(cls: str) -> _P:
+    """One character of class ``cls`` (a regex matching exactly one character)."""
+    return _P(f"(?:{cls})", f"(?:{cls})?", 1)
+
+
+def _seq(*ps: _P) -> _P:
+    prefix = ps[-1].prefix
+    for p in reversed(ps[:-1]):
+        prefix = f"(?:{p.full}{prefix}|{p.prefix})"
+    return _P("".join(p.full for p in ps), prefix, sum(p.maxlen for p in ps))
+
+
+def _alt(*ps: _P) -> _P:
+    return _P(
+        "(?:" + "|".join(p.full for p in ps) + ")",
+        "(?:" + "|".join(p.prefix for p in ps) + ")",
+        max(p.maxlen for p in ps),
+    )
+
+
+def _rep(p: _P, lo: int, hi: int) -> _P:
+    prefix = f"(?:{p.full}){{0,{hi - 1}}}{p.prefix}" if hi > 1 else p.prefix
+    return _P(f"(?:{p.full}){{{lo},{hi}}}", prefix, p.maxlen * hi)
+
+
+def _opt(p: _P) -> _P:
+    return _rep(p, 0, 1)
+
+
+def _look(p: _P) -> _P:
+    """A lookahead; only as the last element of a start (its prefix is consumed)."""
+    return _P(f"(?={p.full})", p.prefix, p.maxlen)
+
+
+def _group(name: str, p: _P) -> _P:
+    return _P(f"(?P<{name}>{p.full})", p.prefix, p.maxlen)
+
+
+def _enc(ch: str) -> _P:
+    """``ch`` plain or percent-encoded once or twice (``:`` ``%3a`` ``%253a``)."""
+    code = f"{ord(ch):02x}"
+    return _alt(_lit(ch), _lit("%" + code), _lit("%25" + code))
+
+
+_BS = _lit("\\")
+_BS_ENC = _alt(_lit("%5c"), _lit("%255c"), _lit("\\u005c"))
+#: a POSIX separator: plain, JSON-escaped (one or two levels), \u-escaped, percent-encoded
+_PS = _alt(
+    *[_lit(bs + "/") for bs in ("", "\\", "\\\\", "\\\\\\")],
+    *[_lit(e) for e in ("\\u002f", "%2f", "%252f")],
+)
+#: a Windows separator: backslashes (1, 2, 4... for JSON levels), \u- or percent-encoded
+_WS = _alt(_rep(_BS, 1, 8), _BS_ENC)
+#: separators with doubled ones and ``.`` segments (``//``, ``/./``)
+_PSEPS = _seq(_PS, _rep(_alt(_PS, _seq(_lit("."), _PS)), 0, 6))
+_COLON = _enc(":")
+_STOP_CLASS = r"[\s\"'`<>*|()\[\]{}\x00-\x1f\x7f。，、；：！？「」『』（）【】《》〈〉]"
+
+
+def _segments(root: str) -> _P:
+    parts = [_lit(seg) for seg in root.strip("/").split("/") if seg]
+    seq = [parts[0]]
+    for p in parts[1:]:
+        seq += [_PSEPS, p]
+    return _seq(*seq)
+
+
+def _root_end() -> _P:
+    """A configured root ends at a separator, a stop, sentence punctuation or the end."""
+    full = (
+        f"(?:{_PS.full}|{_WS.full}|{_STOP_CLASS}|[.,;:!?]{{1,8}}(?:{_STOP_CLASS}|\\Z)"
+        r"|\\[nrtbf\"]|\Z)"
+    )
+    prefix = (
+        f"(?:{_PS.prefix}|{_WS.prefix}|{_STOP_CLASS}|[.,;:!?]{{1,8}}{_STOP_CLASS}?"
+        r'|\\[nrtbf"]?)'
+    )
+    return _look(_P(full, prefix, 9))
+
+
+_ALIAS_START = _alt(
+    _seq(_lit("system"), _PSEPS, _lit("volumes"), _PSEPS, _lit("data")),
+    _seq(
+        _lit("proc"),
+        _PSEPS,
+        _alt(_rep(_ch("[0-9]"), 1, 10), _lit("self"), _lit("thread-self")),
+        _PSEPS,
+        _alt(_lit("root"), _lit("cwd")),
+    ),
+)
+
+
+def _var_start() -> _P:
+    """``$HOME``, ``${HOME}``, ``$env:USERPROFILE``, ``%USERPROFILE%``, ... (any case)."""
+    names = _alt(*[_lit(v) for v in FOLDER_VARS])
+    dollar, pct = _enc("$"), _enc("%")
+    return _alt(
+        _seq(pct, _lit("homedrive"), pct, pct, _lit("homepath"), pct),
+        _seq(dollar, _opt(_seq(_lit("env"), _COLON)), names),
+        _seq(dollar, _enc("{"), names, _enc("}")),
+        _seq(pct, names, pct),
+    )
+
+
+def _device_start() -> _P:
+    """``\\\\?\\``, ``\\\\.\\``, ``\\??\\``, ``//?/`` (escaped or percent-encoded too)."""
+    q = _enc("?")
+    lead = _alt(_rep(_BS, 2, 8), _rep(_BS_ENC, 2, 2), _seq(_PS, _PS))
+    return _seq(
+        _alt(_seq(lead, _alt(q, _enc("."))), _seq(_alt(_rep(_BS, 1, 4), _BS_ENC), q, q)),
+        _alt(_WS, _PS),
+        _look(_ch(r"[\w{%]")),
+    )
+
+
+def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
+    """Every start form, one named alternative per family (longest and most
+    specific first: a configured root before the default roots)."""
+    roots = _alt(*[_segments(r) for r in DEFAULT_ROOT_NAMES])
+    user = _seq(_ch("[a-z_]"), _rep(_ch(r"[\w.-]"), 0, 31))
+    unc_lead = _alt(_rep(_BS, 2, 8), _rep(_BS_ENC, 2, 2))
+    drive_sep = _alt(_WS, _seq(_lit("/"), _look(_ch("[^/]"))), _lit("%2f"), _lit("%252f"))
+    schemes = _alt(*[_lit(s) for s in EDITOR_SCHEMES])
+    alts = []
+    if cfg_roots:
+        cfg = _alt(*[_segments(r) for r in cfg_roots])
+        alts.append(_group("cfg", _seq(_PSEPS, _opt(_seq(_ALIAS_START, _PSEPS)), cfg, _root_end())))
+    share = _look(_ch(r"[\w.$%-]"))
+    return [
+        *alts,
+        _group("posix", _seq(_PSEPS, _alt(_ALIAS_START, roots), _look(_PS))),
+        _group("uri", _seq(_PS, _PS, _lit("file"), _look(_PS))),
+        _group("device", _device_start()),
+        _group("unc", _seq(unc_lead, _rep(_ch(r"[\w.$-]"), 1, 63), _WS, share)),
+        _group("drive", _seq(_ch("[a-z]"), _COLON, drive_sep)),
+        _group("winroot", _seq(_WS, _lit("users"), _look(_WS))),  # \\Users\\bob: no drive
+        _group("tilde", _seq(_lit("~"), _opt(user), _alt(_PS, _WS))),
+        _group("var", _seq(_var_start(), _alt(_PS, _WS))),
+        _group("file", _seq(_lit("file"), _COLON, _PS)),
+        _group("deeplink", _seq(schemes, _COLON, _PS, _PS, _lit("file"), _look(_PS))),
+    ]
+
+
+#: a letters-only fragment is a prefix of a start iff it is one letter (a drive)
+#: or a prefix of one of these
+_LETTER_PREFIXES = frozenset(w[:i] for w in ("file", *EDITOR_SCHEMES) for i in range(2, len(w) + 1))
+#: characters a start may begin with: the triggers and (for C:, file:, vscode:) letters
+_FIRST_CHARS = "/~\\:%$abcdefghijklmnopqrstuvwxyz"
+
+
+def _by_first_char(
+    alts: list[_P],
+) -> tuple[dict[str, re.Pattern[str]], dict[str, re.Pattern[str]]]:
+    """START and PREFIX regexes per first character, each holding only the
+    alternatives that can begin with it (so a failing match costs little)."""
+    probes = [(a, re.compile(a.prefix, re.IGNORECASE)) for a in alts]
+    start: dict[str, re.Pattern[str]] = {}
+    prefix: dict[str, re.Pattern[str]] = {}
+    for ch in _FIRST_CHARS:
+        mine = [a for a, probe in probes if probe.fullmatch(ch)]
+        if mine:
+            full = re.compile(_alt(*mine).full, re.IGNORECASE)
+            pre = re.compile(_alt(*mine).prefix, re.IGNORECASE)
+            for c in {ch, ch.upper()}:
+                start[c], prefix[c] = full, pre
+    return start, prefix
+
+
+# --- spelling: how a path is written, where it ends ------------------------------
+
+_TRIGGER = re.compile(r"[/~\\:%$]")
 _OPENERS = "([{"
 _BRACKETS = "([{)]}"
 _CLOSER_OF = {")": "(", "]": "[", "}": "{"}
 _TRAILING_PUNCT = ".,;:!?"
 _QUOTE_CLOSERS = {"`": "`", '"': '"', "'": "'", "<": ">"}
-_CONTEXT_CHARS = frozenset("`\"'<([")
-_QUOTE_END = {c: re.compile("[\r\n" + re.escape(c) + "]") for c in "`\"'>)]"}
 _NOT_BOUNDARY = frozenset("/\\.~")
-_NON_SEPARATOR = re.compile(r"[^/\\]")
-_SEPARATORS = re.compile(r"[/\\]+")
-_UNC = re.compile(r"\\\\(?:\\\\)?[\w.$-]+\\{1,2}[\w.$-]")
-_UNC_PARTIAL = re.compile(r"\\(?:\\(?:\\?\\?[\w.$-]*(?:\\{1,2})?)?)?")
-_SECOND_START = re.compile(r"\s(?:/|~/|[A-Za-z]:[\\/]|\\\\|file:)", re.IGNORECASE)
-_HOME_PARENTS = frozenset({"/Users", "/users", "/home"})
-_WIN_HOME_PARENT = re.compile(r"[A-Za-z]:[\\/]+(?:Users|Documents and Settings)", re.IGNORECASE)
+_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-")
+_HEX = frozenset("0123456789abcdefABCDEF")
+#: a JSON escape that ends a path (odd backslash run, then ``" n r t b f``)
+_ESC_END = r'(?<!\\)(?:\\\\)*\\(?=["nrtbf])'
+#: a plain Windows path: ``\\`` is a separator, never an escape
+_STOP_WIN = re.compile(_STOP_CLASS)
+#: JSON-escaped paths: also JSON escapes (``\\n``, ``\\"``...)
+_STOP_ESC = re.compile(rf"{_STOP_CLASS}|{_ESC_END}")
+#: plain POSIX paths: JSON escapes too, but a shell-escaped stop (``\\ ``, not
+#: ``\\\\ ``) continues the path
+_STOP_SHELL = re.compile(rf"(?<!(?<!\\)\\){_STOP_CLASS}|{_ESC_END}")
+#: percent-encoded paths: also the URL delimiters
+_STOP_PCT = re.compile(rf"{_STOP_CLASS}|[&#?=]|{_ESC_END}")
+_SEPARATORS = re.compile(r"(?:\\u00(?:2[fF]|5[cC])|%(?:25)?(?:2[fF]|5[cC])|[/\\])+")
+_DUP_SEP = re.compile(r"/(?:\.?/)+")
+_DUP_WIN_SEP = re.compile(r"\\(?:\.?\\)+")
+_DRIVE = re.compile(r"/?[A-Za-z]:[\\/]")
+_BACKSLASHES = re.compile(r"\\+")
+_JSON_U = re.compile(r"\\u[0-9a-fA-F]{4}")
+_JSON_ESCAPE = re.compile(r'\\[u"\\/bfnrt]')
+_TILDE_HEAD = re.compile(r"~[^/\\]*")
+_NON_SEPARATOR = re.compile(r"[^/\\.]")
+_EMPTY_BODY = re.compile(rf"(?:{_PS.full}|{_WS.full}|\.)*", re.IGNORECASE)
+_SECOND_START = re.compile(r"\s(?=[/~\\%$]|[a-z][a-z-]*(?::|%3a))", re.IGNORECASE)
+_SHELL_ESC = re.compile(r"\\([ ()\[\]{}'&;!$*?|<>`#=,\\])")
+_JSON_ESC = re.compile(r"\\(?:u([0-9a-fA-F]{4})|(.))", re.DOTALL)
+_JSON_CHARS = {
+    '"': '"',
+    "\\": "\\",
+    "/": "/",
+    "b": "\b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+}
+_LINE_COL = re.compile(r"(?::\d+){1,2}\Z")
+_ALIAS = re.compile(r"/(?:system/volumes/data|proc/(?:\d+|self|thread-self)/root)(?=/|\Z)", re.I)
+_VAR_HEAD = re.compile(r"%homedrive%%homepath%|\$\{(\w+)\}|\$(?:env:)?(\w+)|%(\w+)%", re.I)
+#: a segment right below one of these (or ``run/user``) is a user name, also when the
+#: folder is longer (a path that ran into another one)
+_USER_PARENT_NAMES = frozenset({"users", "home", "media", "documents and settings"})
+_USER_PARENT_LENS = frozenset({4, 5, 22})
+_WIN_START = frozenset({"drive", "unc", "device", "winroot"})
+_PCT1 = re.compile("%(?:2f|5c|3a|24)")
+_PCT2 = re.compile("%25(?:2f|5c|3a|24)")
+
+
+class _Spelling(NamedTuple):
+    win: bool  #: backslash is a separator (Windows), never an escape, when json == 0
+    json: int
+    pct: int
+    stop: re.Pattern[str]
+    quote_end: dict[str, re.Pattern[str]]
+
+
+def _quote_ends(esc: bool) -> dict[str, re.Pattern[str]]:
+    """Closer searches: group 1 is the closer; a line end (also ``\\n``) comes first.
+
+    With JSON escapes a ``"`` closes only with the opener's own escaping: after
+    ``"`` an unescaped ``"``, after ``\\"`` a ``\\"`` (``\\"`` inside ``"..."`` is
+    part of the path)."""
+    if not esc:
+        return {c: re.compile(f"({re.escape(c)})|[\r\n]") for c in "`\"'>)]"}
+    line_end = r"|[\r\n]|(?<!\\)(?:\\\\)*\\(?=[nr])"
+    ends = {c: re.compile(f"({re.escape(c)}){line_end}") for c in "`'>)]"}
+    ends['"'] = re.compile(rf'((?<!\\)(?:\\\\)*"){line_end}')
+    ends['\\"'] = re.compile(rf'((?<!\\)\\(?:\\\\)*"){line_end}')
+    return ends
+
+
+@functools.lru_cache(maxsize=64)
+def _spelling(win: bool, json: int, pct: int) -> _Spelling:
+    if pct:
+        stop = _STOP_PCT
+    elif win and json == 0:
+        stop = _STOP_WIN
+    else:
+        stop = _STOP_ESC if json else _STOP_SHELL
+    return _Spelling(win, json, pct, stop, _quote_ends(stop is not _STOP_WIN))
+
+
+@functools.lru_cache(maxsize=1024)
+def _spelling_of(family: str, start: str) -> _Spelling:
+    """Spelling from the start's text: its separators say how the path is encoded."""
+    low = start.lower()
+    pct = 2 if _PCT2.search(low) else 1 if _PCT1.search(low) else 0
+    runs = [len(r) for r in re.findall(r"\\+", start.replace("\\u00", "u00"))]
+    win = family in _WIN_START or (
+        family in ("tilde", "var") and (low.endswith(("\\", "%5c", "\\u005c")) and "\\/" not in low)
+    )
+    if "\\u00" in low:
+        json = 1
+    elif not win:
+        json = 2 if "\\\\/" in start else 1 if "\\/" in start else 0
+    elif not runs:
+        json = 0
+    else:
+        # a \\server or \\?\ lead is two backslashes at level 0; \??\ and C:\ have one
+        double = family in ("unc", "device") and "??" not in start
+        lead = runs[0] if family in ("unc", "device") else runs[-1]
+        json = min(2, max(0, lead.bit_length() - (2 if double else 1)))
+    return _spelling(win, json, pct)
+
+
+def _json_unescape(s: str) -> str:
+    if "\\" not in s:
+        return s
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(1):
+            return chr(int(m.group(1), 16))
+        return _JSON_CHARS.get(m.group(2), m.group())  # not an escape: kept as written
+
+    out = _JSON_ESC.sub(one, s)
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in out):  # pairs joined, lone ones replaced
+        out = out.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return out
+
+
+def json_escape(s: str) -> str:
+    """Escape ``s`` for the inside of a JSON string (quotes, backslashes, controls)."""
+    if not any(c in '"\\' or c < " " for c in s):
+        return s
+    out = []
+    for c in s:
+        if c in '"\\':
+            out.append("\\" + c)
+        elif c < " ":
+            out.append(f"\\u{ord(c):04x}")
+        else:
+            out.append(c)
+    return "".join(out)
 
 
 def could_contain_path(text: str) -> bool:
-    """False when ``text`` cannot hold a path start (none of ``/ ~ \\ :``): no rewrite needed."""
+    """False when ``text`` cannot hold a path start (none of ``/ ~ \\ : % $``)."""
     return _TRIGGER.search(text) is not None
 
 
@@ -131,39 +497,125 @@ def is_boundary(ch: str) -> bool:
     return True
 
 
+def _boundary_at(buf: str, k: int) -> bool:
+    """May a path start at ``buf[k]``? Also after a JSON ``\\n`` or a ``%XX`` escape."""
+    if k == 0:
+        return True
+    ch = buf[k - 1]
+    if ch in _NOT_BOUNDARY:
+        return False
+    if not ch.isalnum() or _spaceless_script(ch):
+        return True
+    if k >= 2 and buf[k - 2] == "\\" and ch in "nrtbf":
+        return True
+    if k < 3 or ch not in _HEX or buf[k - 2] not in _HEX:
+        return False
+    return buf[k - 3] == "%" or (k >= 5 and buf[k - 5 : k - 2] == "%25")
+
+
+# --- normal form and names -------------------------------------------------------
+
+
+def _canon_posix(p: str) -> str:
+    if "//" in p or "/./" in p:
+        p = _DUP_SEP.sub("/", p)
+    if p.endswith("/."):
+        p = p[:-2]
+    if p.endswith("/"):
+        p = p.rstrip("/") or "/"
+    if p[1:2] in ("s", "S", "p", "P"):
+        m = _ALIAS.match(p)
+        if m is not None:
+            p = p[m.end() :] or "/"
+    return p
+
+
+def _canon_win(p: str) -> str:
+    """``C:/a//b\\.\\c\\`` -> ``C:\\a\\b\\c``; the drive letter upper case."""
+    p = p.replace("/", "\\")
+    p = _DUP_WIN_SEP.sub(lambda _: "\\", p)
+    if p.endswith("\\."):
+        p = p[:-2]
+    if len(p) > 3:
+        p = p.rstrip("\\")
+    return p[:1].upper() + p[1:] if p[1:2] == ":" else p
+
+
+def _canon_rest(rest: str, win: bool) -> str:
+    """The part after an anchor (``~``, ``$HOME``): canonical, "" when empty."""
+    if not rest:
+        return ""
+    rest = _canon_win("X:" + rest)[2:] if win else _canon_posix(rest)
+    return "" if rest in ("/", "\\", "") else rest
+
+
+def _normal_file_uri(s: str) -> str:
+    rest = unquote(s[5:] if s[4:5] == ":" else s[4:])
+    slashes = len(rest) - len(rest.lstrip("/"))
+    body = rest.lstrip("/")
+    if slashes == 2:
+        host, sep, tail = body.partition("/")
+        if host.lower() == "localhost":
+            body = tail
+        else:
+            return "\\\\" + _canon_win(host + "\\" + tail) if sep else "\\\\" + host
+    elif slashes >= 4:
+        return "\\\\" + _canon_win(body)
+    if _DRIVE.match(body):
+        return _canon_win(body)
+    return _canon_posix("/" + body)
+
+
+def _normal_deeplink(s: str) -> str:
+    s = unquote(s)
+    rest = _LINE_COL.sub("", s[s.lower().find("//file") + 6 :])
+    if _DRIVE.match(rest):
+        return _canon_win(rest.lstrip("/"))
+    return _canon_posix(rest)
+
+
+def _normal_device(s: str) -> str:
+    """``\\\\?\\C:\\x`` -> ``C:\\x``; ``\\\\?\\UNC\\srv\\share`` -> ``\\\\srv\\share``."""
+    s = s.replace("/", "\\")
+    m = re.match(r"\\+[?.]\\+|\\+\?\?\\+", s)
+    head = m.group() if m is not None else ""
+    rest = s[len(head) :]
+    if rest[:4].lower() == "unc\\":
+        return "\\\\" + _canon_win(rest[4:].lstrip("\\"))
+    if re.match(r"[A-Za-z]:(?:\\|\Z)", rest):
+        return _canon_win(rest)
+    return "\\\\" + head.strip("\\") + "\\" + _canon_win(rest)
+
+
+def _normal_var(s: str, win: bool) -> str:
+    m = _VAR_HEAD.match(s)
+    assert m is not None
+    name = (m.group(1) or m.group(2) or m.group(3) or "homepath").lower()
+    head = "~" if name in HOME_VARS else "C:" if name == "homedrive" else m.group()
+    rest = _canon_rest(s[m.end() :], win)
+    if head == "C:":
+        return _canon_win("C:" + (rest or "\\"))
+    return head + rest
+
+
 def file_name(path: str) -> str:
-    """The file name alone: last segment; a home directory becomes ``~``."""
-    trimmed = path.rstrip("/\\") if path[-1:] in ("/", "\\") else path
+    """The file name alone: last segment; a per-user directory itself becomes ``~``."""
+    trimmed = path.rstrip("/\\") or path
     if "\\" in trimmed:
         cut = max(trimmed.rfind("/"), trimmed.rfind("\\"))
         folder, name = trimmed[:cut].rstrip("/\\"), trimmed[cut + 1 :]
+        parent = folder[max(folder.rfind("/"), folder.rfind("\\")) + 1 :]
     else:
         folder, _, name = trimmed.rpartition("/")
-    if (
-        folder in _HOME_PARENTS
-        or trimmed == "/root"
-        or (folder[1:2] == ":" and _WIN_HOME_PARENT.fullmatch(folder.rstrip("/\\")))
-    ):
-        return "~"
+        parent = folder[folder.rfind("/") + 1 :]
+    if not folder:
+        if name.startswith("~") or (name.lower() == "root" and trimmed[:1] == "/"):
+            return "~"
+    elif len(parent) in _USER_PARENT_LENS:
+        low = parent.lower()
+        if low in _USER_PARENT_NAMES or (low == "user" and folder[-9:-5].lower() == "/run"):
+            return "~"
     return name or "~"
-
-
-def _normalise(raw: str) -> str:
-    """The path the resolver sees: ``file://`` decoded, JSON-escaped ``\\\\`` collapsed."""
-    if raw[0] in "/~":
-        return raw
-    if raw[:7].lower() == "file://":
-        rest = unquote(raw[7:])
-        if rest.lower().startswith("localhost/"):
-            rest = rest[9:]
-        if re.match(r"/[A-Za-z]:[\\/]", rest):
-            return rest[1:]
-        return rest if rest.startswith("/") else "//" + rest
-    if "\\" in raw and (raw.startswith("\\\\") or (len(raw) > 2 and raw[1] == ":")):
-        unc = raw.startswith("\\\\")
-        body = re.sub(r"\\\\", r"\\", raw[2:] if unc else raw)
-        return "\\\\" + body.lstrip("\\") if unc else body
-    return raw
 
 
 def _trim_end(raw: str, before: str) -> str:
@@ -175,8 +627,23 @@ def _trim_end(raw: str, before: str) -> str:
     return raw
 
 
-def _needs_body(text: str) -> bool:
-    return _NON_SEPARATOR.search(text) is not None
+def _in_json_text(raw: str, family: str, sp: _Spelling) -> bool:
+    """A plain path with a JSON escape in it (``\\u00e9``, ``\\"``) sits in JSON text."""
+    if not sp.win:
+        return _JSON_ESCAPE.search(raw) is not None
+    if family == "unc":  # \\Users\\bob\\x: every separator doubled, so JSON-escaped
+        runs = _BACKSLASHES.findall(_JSON_U.sub("", raw[2:]))
+        return bool(runs) and all(len(r) % 2 == 0 for r in runs)
+    return raw[2:3] == "/" and family == "drive" and _JSON_U.search(raw) is not None
+
+
+def _give_back(raw: str, sp: _Spelling) -> str:
+    """A trailing backslash that starts an escape (``\\"``) is not part of the path."""
+    if raw[-1:] != "\\" or (sp.win and sp.json == 0):
+        return raw
+    run = len(raw) - len(raw.rstrip("\\"))
+    keep = run - run % (1 << sp.json) if sp.win else 0
+    return raw[: len(raw) - run + keep]
 
 
 # --- results ----------------------------------------------------------------
@@ -200,6 +667,7 @@ class Overlong(NamedTuple):
     """A prose path from ``start`` is longer than the bound and still running."""
 
     start: int
+    stop: re.Pattern[str] = _STOP_SHELL  #: where it ends (hand it to :class:`OverlongPath`)
 
 
 class Clear(NamedTuple):
@@ -219,9 +687,9 @@ def _found(start: int, end: int, match: PathMatch) -> Found:
     return found
 
 
-def _match(raw: str, path: str, name: str, context: Context) -> PathMatch:
-    """``PathMatch(...)`` with default flags, without the generated ``__new__``."""
-    match: PathMatch = _tuple_new(PathMatch, (raw, path, name, context, False, ""))
+def _match(raw: str, path: str, name: str, context: Context, json: int, pct: int) -> PathMatch:
+    """``PathMatch(...)`` without the generated ``__new__``."""
+    match: PathMatch = _tuple_new(PathMatch, (raw, path, name, context, False, "", json, pct))
     return match
 
 
@@ -229,70 +697,71 @@ class OverlongPath:
     """Consumes an overlong prose path to its end, keeping only its last segments.
 
     Memory stays bounded by :data:`MAX_NAME_CHARS`; nothing of the path is
-    emitted until it ends, and then only its name.
+    emitted until it ends, and then only its name (as written).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, stop: re.Pattern[str] = _STOP_SHELL) -> None:
+        self._stop = stop
         self._depth = 0
         self._last = ""  # current (last) segment, truncated
-        self._prev_seg = ""  # the segment before it (for paths ending in '/')
-        self.tail = ""  # last two raw characters consumed
+        self._prev_seg = ""  # the segment before it (for paths ending in a separator)
+        self._pending = ""  # trailing backslashes: their meaning depends on the next char
+        self.tail = ""  # last LOOKBEHIND raw characters consumed
 
-    def feed(self, text: str, final: bool) -> tuple[int, PathMatch, str] | None:
-        """Consume ``text``; when the path ends return (consumed, match, trailing punct)."""
+    def feed(self, text: str, final: bool) -> tuple[str, PathMatch] | None:
+        """Consume ``text``; when the path ends return (the text after it, the match)."""
+        text = self._pending + text
+        self._pending = ""
+        if not final and text.endswith("\\"):
+            cut = len(text.rstrip("\\"))
+            text, self._pending = text[:cut], text[cut:]
         pos = 0
-        end = len(text)
         while True:
-            m = _PROSE_STOP.search(text, pos)
+            m = self._stop.search(text, pos)
             if m is None:
                 self._consume(text[pos:])
-                if final:
-                    return end, *self._finish()
-                return None
+                return (text[len(text) :], self._finish()) if final else None
             ch = m.group()
-            if ch in _OPENERS:
-                self._depth += 1
-                self._consume(text[pos : m.end()])
-                pos = m.end()
-                continue
-            if ch in _CLOSER_OF and self._depth > 0:
-                self._depth -= 1
+            if ch in _OPENERS or (ch in _CLOSER_OF and self._depth > 0):
+                self._depth += 1 if ch in _OPENERS else -1
                 self._consume(text[pos : m.end()])
                 pos = m.end()
                 continue
             self._consume(text[pos : m.start()])
-            return m.start(), *self._finish()
+            return text[m.start() :], self._finish()
 
     def _consume(self, chunk: str) -> None:
         if not chunk:
             return
-        self.tail = (self.tail + chunk)[-2:]
-        segs = _SEPARATORS.split(chunk)
-        if len(segs) == 1:
-            self._last = (self._last + segs[0])[-MAX_NAME_CHARS:]
-            return
-        first = (self._last + segs[0])[-MAX_NAME_CHARS:]
-        middle = [s for s in segs[1:-1] if s]
-        self._prev_seg = middle[-1][-MAX_NAME_CHARS:] if middle else (first or self._prev_seg)
+        self.tail = (self.tail + chunk)[-LOOKBEHIND:]
+        segs = _SEPARATORS.split(self._last + chunk)
+        if len(segs) > 1:
+            middle = [s for s in segs[:-1] if s]
+            if middle:
+                self._prev_seg = middle[-1][-MAX_NAME_CHARS:]
         self._last = segs[-1][-MAX_NAME_CHARS:]
 
-    def _finish(self) -> tuple[PathMatch, str]:
+    def _finish(self) -> PathMatch:
         name = self._last
         stripped = name.rstrip(_TRAILING_PUNCT)
         trailing = name[len(stripped) :]
         if not stripped:
             stripped = self._prev_seg.rstrip(_TRAILING_PUNCT) or "~"
-        match = PathMatch("", "", stripped, Context.PROSE, overlong=True, suffix=trailing)
-        return match, trailing
+        return PathMatch("", "", stripped, Context.PROSE, overlong=True, suffix=trailing)
 
 
 class PathDetector:
     """Finds host-local paths; see the module docstring for the rules.
 
-    ``extra_roots`` are further absolute POSIX prefixes that count as host-local
-    (the configured artifact roots and mount prefixes). A detector holds no
-    per-stream state: one instance serves any number of rewriters (see :meth:`shared`).
+    ``extra_roots`` are the configured artifact roots and mount prefixes, POSIX
+    (``/srv/agent/artifacts``) or Windows (``C:\\work``). A POSIX one is a path
+    start of its own (also alone, in any letter case); a Windows one is a drive
+    path anyway and only gives its spelling to the normal form. A detector holds
+    no per-stream state: one instance serves any number of rewriters (see
+    :meth:`shared`).
     """
+
+    lookbehind = LOOKBEHIND
 
     @staticmethod
     @functools.lru_cache(maxsize=64)
@@ -305,145 +774,108 @@ class PathDetector:
     def __init__(
         self, extra_roots: Iterable[str] = (), *, max_path_chars: int = DEFAULT_MAX_PATH_CHARS
     ) -> None:
-        roots = ["/" + n + "/" for n in DEFAULT_ROOT_NAMES]
+        posix: list[str] = []
+        win: list[str] = []
         for r in extra_roots:
-            r = r.replace("\\", "/").rstrip("/")
-            if r.startswith("/") and len(r) > 1 and r + "/" not in roots:
-                roots.append(r + "/")
-        roots.sort(key=len, reverse=True)
-        self._roots = tuple(roots)
-        self._root_re = re.compile("|".join(re.escape(r) for r in roots))
+            r = str(r)
+            if re.match(r"[A-Za-z]:[\\/]", r):
+                win.append(_canon_win(r))
+            elif r.startswith("/") and r.strip("/"):
+                posix.append(_canon_posix(r))
+        posix = sorted(set(posix), key=len, reverse=True)
+        self._posix_roots = tuple(posix)
+        self._win_roots = tuple(sorted(set(win), key=len, reverse=True))
+        alts = _start_grammar(self._posix_roots)
+        self._start, self._prefix = _by_first_char(alts)
+        self._cfg_lower = tuple(r.lower() for r in (*self._posix_roots, *self._win_roots))
         self.max_path_chars = max_path_chars
-        self.max_start_chars = max(max(len(r) for r in roots), 8)
+        self.max_start_chars = max(a.maxlen for a in alts) + 1
 
-    # -- start recognition -----------------------------------------------------
+    # -- start recognition -------------------------------------------------------
 
-    def _start_at(self, buf: str, k: int, pos: int, final: bool) -> tuple[str, int, int]:
-        """Classify the trigger at ``buf[k]``.
-
-        Returns ("no", 0, 0), ("more", start, 0) or ("yes", start, body_start).
-        """
-        n = len(buf)
-        ch = buf[k]
-        if ch == "/":
-            if not is_boundary(buf[k - 1] if k > 0 else ""):
-                return "no", 0, 0
-            m = self._root_re.match(buf, k)
-            if m is None:
-                frag = buf[k:]
-                if (
-                    not final
-                    and len(frag) < self.max_start_chars
-                    and any(r.startswith(frag) for r in self._roots)
-                ):
-                    return "more", k, 0
-                return "no", 0, 0
-            return "yes", k, m.end()
-        if ch == "~":
-            if not is_boundary(buf[k - 1] if k > 0 else ""):
-                return "no", 0, 0
-            if k + 1 >= n:
-                return ("no", 0, 0) if final else ("more", k, 0)
-            return ("yes", k, k + 2) if buf[k + 1] == "/" else ("no", 0, 0)
-        if ch == "\\":
-            if not is_boundary(buf[k - 1] if k > 0 else ""):
-                return "no", 0, 0
-            m = _UNC.match(buf, k)
-            if m is not None:
-                return "yes", k, m.end() - 1
-            pm = _UNC_PARTIAL.match(buf, k)
-            if not final and pm is not None and pm.end() == n:
-                return "more", k, 0
-            return "no", 0, 0
-        # ch == ":" : the colon of file:// or of a drive letter
-        if k >= pos + 4 and buf[k - 4 : k].lower() == "file":
-            start = k - 4
-            if not is_boundary(buf[start - 1] if start > 0 else ""):
-                return "no", 0, 0
-            frag = buf[k : k + 3]
-            if frag == "://":
-                return "yes", start, k + 3
-            if not final and "://".startswith(frag) and k + len(frag) == n:
-                return "more", start, 0
-            return "no", 0, 0
-        if k >= pos + 1 and "A" <= buf[k - 1].upper() <= "Z" and buf[k - 1].isascii():
-            start = k - 1
-            if not is_boundary(buf[start - 1] if start > 0 else ""):
-                return "no", 0, 0
-            if k + 1 >= n:
-                return ("no", 0, 0) if final else ("more", start, 0)
-            sep = buf[k + 1]
-            if sep == "\\":
-                return "yes", start, k + 2
-            if sep == "/":
-                if k + 2 >= n:
-                    return ("no", 0, 0) if final else ("more", start, 0)
-                return ("no", 0, 0) if buf[k + 2] == "/" else ("yes", start, k + 2)
-        return "no", 0, 0
+    def _word_starts(self, buf: str, k: int, lo: int) -> list[int]:
+        """Boundary positions in the ASCII word that ends before ``buf[k]`` (for
+        ``C:``, ``file:``, ``vscode:``), leftmost first: its first letter, a letter
+        after ``-``, after a JSON ``\\n`` or after a ``%XX`` escape."""
+        if k - 2 < lo or buf[k - 2] not in _WORD:  # one letter: a drive (the common case)
+            return [k - 1] if buf[k - 1] != "-" and _boundary_at(buf, k - 1) else []
+        j = k
+        floor = max(lo, k - 16)
+        while j > floor and buf[j - 1] in _WORD:
+            j -= 1
+        # inside the word only j + 1 (after \\n or %XX) or a letter after "-" can be one
+        cands = range(j, k) if "-" in buf[j:k] else (j, j + 1)
+        return [i for i in cands if i < k and buf[i] != "-" and _boundary_at(buf, i)]
 
     def _tail_start(self, buf: str, lo: int) -> int:
-        """Index where a possible (incomplete) start begins at the end of ``buf``.
-
-        Only for starts whose first character is not a trigger: a drive letter
-        (``C`` awaiting ``:``) and ``f``/``fi``/``fil``/``file`` awaiting ``:``.
-        Returns ``len(buf)`` if the tail cannot begin a path.
-        """
+        """Where a possible start begins in a letter tail of ``buf`` (``C``, ``fil``,
+        ``vsco``: their trigger has not arrived yet); ``len(buf)`` if none."""
         n = len(buf)
-        if n <= lo or not (buf[-1].isascii() and buf[-1].isalpha()):
-            return n  # every held start ("C", "f".."file") ends in an ASCII letter
-        for size in (4, 3, 2, 1):
-            i = n - size
-            if i < lo:
-                continue
-            frag = buf[i:].lower()
-            if ("file".startswith(frag) or (size == 1 and "a" <= frag <= "z")) and is_boundary(
-                buf[i - 1] if i > 0 else ""
-            ):
+        if n <= lo or buf[-1] not in _WORD:
+            return n
+        for i in self._word_starts(buf, n, lo):
+            if i == n - 1 or buf[i:].lower() in _LETTER_PREFIXES:
                 return i
         return n
+
+    def _start_at(self, buf: str, s: int, final: bool) -> ScanResult | None:
+        """Is there a start at ``buf[s]``? Parse the path, hold it, or None."""
+        start = self._start.get(buf[s])
+        if start is None:
+            return None
+        m = start.match(buf, s)
+        n = len(buf)
+        if m is None or (not final and m.end() == n):
+            if (
+                not final
+                and n - s <= self.max_start_chars
+                and self._prefix[buf[s]].fullmatch(buf, s)
+            ):
+                return NeedMore(s)
+            return None
+        family = m.lastgroup or ""
+        st = m.group()
+        if s and buf[s - 1] == ":" and st[:2] == "//" and family in ("posix", "cfg"):
+            return None  # scheme://host: a URL authority
+        sp = _spelling_of(family, st)
+        ctx, closer = self._context(buf, s)
+        if closer:
+            res = self._parse_quoted(buf, s, m.end(), family, sp, ctx, closer, final)
+            if res is not None:
+                return res
+        return self._parse_prose(buf, s, m.end(), family, sp, final)
 
     # -- the scan ----------------------------------------------------------------
 
     def scan(self, buf: str, pos: int, final: bool) -> ScanResult:
         """Find the next path at or after ``buf[pos]``.
 
-        ``buf[:pos]`` is context only (up to two characters already emitted), it is
-        looked at for boundaries and openers but never reported.
+        ``buf[:pos]`` is context only (up to :data:`LOOKBEHIND` characters already
+        emitted): it is looked at for boundaries and openers but never reported.
         """
         k = pos
-        root_match = self._root_re.match
+        search = _TRIGGER.search
         while True:
-            t = _TRIGGER.search(buf, k)
+            t = search(buf, k)
             if t is None:
                 return Clear(len(buf) if final else self._tail_start(buf, pos))
             k = t.start()
-            if t.group() == "/" and k > 0 and buf[k - 1] not in _CONTEXT_CHARS:
-                # fast path: a POSIX root in prose (the common case)
-                prev = buf[k - 1]
-                if prev in _NOT_BOUNDARY or (prev.isalnum() and not _spaceless_script(prev)):
-                    k += 1
-                    continue
-                m = root_match(buf, k)
-                if m is not None:
-                    res = self._parse_prose(buf, k, m.end(), final)
-                    if res is None:
-                        k += 1
-                        continue
+            ch = t.group()
+            if ch in ":%" and k > pos and buf[k - 1] in _WORD:
+                for i in self._word_starts(buf, k, pos):
+                    res = self._start_at(buf, i, final)
+                    if res is not None:
+                        return res
+            if ch != ":" and _boundary_at(buf, k):
+                res = self._start_at(buf, k, final)
+                if res is not None:
                     return res
-            verdict, start, body = self._start_at(buf, k, pos, final)
-            if verdict == "no":
-                k += 1
-                continue
-            if verdict == "more":
-                return NeedMore(start)
-            res = self._parse(buf, start, body, final)
-            if res is None:
-                k += 1
-                continue
-            return res
+            k += 1
 
     def _context(self, buf: str, start: int) -> tuple[Context, str]:
         c1 = buf[start - 1] if start >= 1 else ""
+        if c1 == '"' and start >= 2 and buf[start - 2] == "\\":
+            return Context.QUOTED, '\\"'
         if c1 in _QUOTE_CLOSERS:
             return Context.QUOTED, _QUOTE_CLOSERS[c1]
         if c1 == "(" and start >= 2 and buf[start - 2] == "]":
@@ -452,77 +884,141 @@ class PathDetector:
             return Context.LINK_TEXT, "]"
         return Context.PROSE, ""
 
-    def _parse(self, buf: str, start: int, body: int, final: bool) -> ScanResult | None:
-        ctx, closer = self._context(buf, start)
-        if closer:
-            res = self._parse_quoted(buf, start, body, ctx, closer, final)
-            if res is not None:
-                return res
-        return self._parse_prose(buf, start, body, final)
-
     def _parse_quoted(
-        self, buf: str, start: int, body: int, ctx: Context, closer: str, final: bool
+        self,
+        buf: str,
+        start: int,
+        body: int,
+        family: str,
+        sp: _Spelling,
+        ctx: Context,
+        closer: str,
+        final: bool,
     ) -> ScanResult | None:
         """A delimited path; None means "read it as prose instead"."""
         limit = start + self.max_path_chars
-        m = _QUOTE_END[closer].search(buf, body, limit + 1)
+        ends = sp.quote_end
+        m = (ends.get(closer) or ends[closer[-1]]).search(buf, body, limit + 1)
         if m is None:
             if final or len(buf) > limit:
                 return None
             return NeedMore(start)
-        if m.group() != closer:
+        if m.group(1) is None:
             return None
-        j = m.start()
-        raw = buf[start:j]
-        if not _needs_body(raw[body - start :]) or _SECOND_START.search(raw):
+        raw = buf[start : m.end() - 1].rstrip()
+        if self._second_start(raw):
             return None
-        path = _normalise(raw)
-        return _found(start, j, _match(raw, path, file_name(path), ctx))
+        return self._finish(raw, start, body, family, sp, ctx)
 
-    def _parse_prose(self, buf: str, start: int, body: int, final: bool) -> ScanResult | None:
+    def _second_start(self, raw: str) -> bool:
+        """Does quoted text hold a second path start after whitespace?"""
+        for m in _SECOND_START.finditer(raw):
+            start = self._start.get(raw[m.end()])
+            if start is not None and start.match(raw, m.end()) is not None:
+                return True
+        return False
+
+    def _parse_prose(
+        self, buf: str, start: int, body: int, family: str, sp: _Spelling, final: bool
+    ) -> ScanResult | None:
         n = len(buf)
         limit = start + self.max_path_chars
-        depth = 0
-        j = body
-        first = _PROSE_STOP.search(buf, j)
-        if first is not None and first.group() not in _BRACKETS and first.start() <= limit:
+        stop = sp.stop
+        m = stop.search(buf, body)
+        if m is not None and m.group() not in _BRACKETS and m.start() <= limit:
             # fast path: no bracket inside, the first stop ends the path
-            raw = buf[start : first.start()].rstrip(_TRAILING_PUNCT)
+            raw = buf[start : m.start()].rstrip(_TRAILING_PUNCT)
             if start and buf[start - 1] == "_":
                 raw = _trim_end(raw, "_")
-            b = body - start
-            if len(raw) <= b or (raw[b] in "/\\" and _NON_SEPARATOR.search(raw, b) is None):
-                return None
-            path = _normalise(raw)
-            return _found(
-                start, start + len(raw), _match(raw, path, file_name(path), Context.PROSE)
-            )
+            return self._finish(raw, start, body, family, sp, Context.PROSE)
+        depth = 0
+        j = body
         while True:
-            m = _PROSE_STOP.search(buf, j)
+            m = stop.search(buf, j)
             if m is None:
                 if not final:
-                    return Overlong(start) if n > limit else NeedMore(start)
+                    return Overlong(start, stop) if n > limit else NeedMore(start)
                 end = n
                 break
             ch = m.group()
-            if ch in _OPENERS:
-                depth += 1
-                j = m.end()
-                continue
-            if ch in _CLOSER_OF and depth > 0:
-                depth -= 1
+            if ch in _OPENERS or (ch in _CLOSER_OF and depth > 0):
+                depth += 1 if ch in _OPENERS else -1
                 j = m.end()
                 continue
             end = m.start()
             break
         if end - start > self.max_path_chars:
-            seg = OverlongPath()
-            done = seg.feed(buf[start:end], final=True)
+            done = OverlongPath(stop).feed(buf[start:end], final=True)
             assert done is not None
             return Found(start, end, done[1])
         raw = _trim_end(buf[start:end], buf[start - 1] if start else "")
-        if not _needs_body(raw[body - start :]):
-            return None
-        ctx = Context.PROSE
-        path = _normalise(raw)
-        return _found(start, start + len(raw), _match(raw, path, file_name(path), ctx))
+        return self._finish(raw, start, body, family, sp, Context.PROSE)
+
+    def _finish(
+        self, raw: str, start: int, body: int, family: str, sp: _Spelling, ctx: Context
+    ) -> Found | None:
+        """The match for ``raw``, or None when it names no folder (``/tmp/``, ``C:\\``)."""
+        if raw[-1:] == "\\":
+            raw = _give_back(raw, sp)
+        b = body - start
+        if len(raw) < b:  # the backslash given back was the start's: is it one still?
+            again = self._start[raw[0]].match(raw) if raw else None
+            if again is None or again.end() > len(raw):
+                return None
+            b = again.end()
+        if family != "cfg" and (family != "tilde" or raw[1] in "/\\%"):
+            # a generic anchor (/tmp/, ~/, C:\\) needs a name after it, not a space
+            rest = raw[b:]
+            lead = _EMPTY_BODY.match(rest) if "%" in rest or "\\u" in rest else None
+            first = _NON_SEPARATOR.search(rest, lead.end() if lead else 0)
+            if first is None or first.group().isspace():
+                return None
+        json = sp.json
+        if not json and "\\" in raw and _in_json_text(raw, family, sp):
+            json = 1
+        path = self._normal(family, raw, sp, json)
+        m = _match(raw, path, file_name(path), ctx, json, sp.pct)
+        return _found(start, start + len(raw), m)
+
+    # -- normal form -------------------------------------------------------------
+
+    def _normal(self, family: str, raw: str, sp: _Spelling, json: int) -> str:
+        if family == "posix" and not (sp.pct or json) and "\\" not in raw:
+            path = _canon_posix(raw)
+            return self._configured(path) if self._cfg_lower else path
+        s = raw
+        for _ in range(sp.pct):
+            s = unquote(s)
+        for _ in range(json):
+            s = _json_unescape(s)
+        if json == 0 and not sp.win and "\\" in s:
+            s = _SHELL_ESC.sub(r"\1", s)
+        if family in ("posix", "cfg"):
+            return self._configured(_canon_posix(s))
+        if family in ("drive", "winroot"):
+            return self._configured(_canon_win(s))
+        if family == "unc":
+            return "\\\\" + _canon_win(s.replace("/", "\\").lstrip("\\"))
+        if family == "device":
+            return self._configured(_normal_device(s))
+        if family == "tilde":
+            head = _TILDE_HEAD.match(s)
+            assert head is not None
+            return head.group() + _canon_rest(s[head.end() :], sp.win)
+        if family == "var":
+            return _normal_var(s, sp.win)
+        if family == "file":
+            return self._configured(_normal_file_uri(s))
+        return self._configured(_normal_deeplink(s))
+
+    def _configured(self, path: str) -> str:
+        """A configured root written in another letter case gets its configured spelling."""
+        low = path.lower()
+        if not low.startswith(self._cfg_lower):
+            return path
+        roots = self._win_roots if path[1:2] == ":" else self._posix_roots
+        for root in roots:
+            r = root.lower()
+            if low == r or (low.startswith(r) and low[len(r)] in "/\\"):
+                return root + path[len(root) :]
+        return path

@@ -26,6 +26,7 @@ event loop.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from urllib.parse import quote
 
 from gateway.paths import (
     DEFAULT_MAX_PATH_CHARS,
@@ -36,6 +37,7 @@ from gateway.paths import (
     OverlongPath,
     PathDetector,
     PathMatch,
+    json_escape,
 )
 
 Resolver = Callable[[str], "str | None"]
@@ -55,15 +57,30 @@ def _md_escape(name: str) -> str:
     return name.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
 
 
-def render(match: PathMatch, url: str | None) -> str:
-    """The text that replaces ``match`` given the resolver's answer."""
+def render(match: PathMatch, url: str | None, *, json_text: bool = False) -> str:
+    """The text that replaces ``match`` given the resolver's answer.
+
+    The replacement is written in the path's own spelling: a percent-encoded
+    path's name is percent-encoded again (it cannot end the surrounding URL), and
+    inside a JSON-escaped string the whole replacement is JSON-escaped (a ``"`` or
+    ``\\`` in a name cannot end or break that string). ``json_text`` says the whole
+    channel is JSON text (tool-call arguments): a plainly spelled path is then
+    inside a JSON string too.
+    """
+    name = match.name
+    if match.pct_level:
+        for _ in range(match.pct_level):
+            name = quote(name, safe="")
     if url is None or match.context is Context.LINK_TEXT:
-        text = match.name
+        text = name
     elif match.context is Context.QUOTED:
         text = url
     else:
-        text = f"[{_md_escape(match.name)}]({url})"
-    return text + match.suffix
+        text = f"[{_md_escape(name)}]({url})"
+    level = match.json_level or (1 if json_text and not match.overlong else 0)
+    for _ in range(level):
+        text = json_escape(text)
+    return text + match.suffix if match.suffix else text
 
 
 class StreamRewriter:
@@ -80,10 +97,12 @@ class StreamRewriter:
         detector: PathDetector | None = None,
         extra_roots: Iterable[str] = (),
         max_path_chars: int = DEFAULT_MAX_PATH_CHARS,
+        json_text: bool = False,
     ) -> None:
         self._resolve: Resolver = resolver or name_only
+        self.json_text = json_text  #: the channel is JSON text (see :func:`render`)
         self._detector = detector or PathDetector.shared(tuple(extra_roots), max_path_chars)
-        self._hist = ""  # up to two raw characters already emitted (context only)
+        self._hist = ""  # up to LOOKBEHIND raw characters already emitted (context only)
         self._held = ""  # raw text not yet emitted
         self._skip: OverlongPath | None = None
         self._closed = False
@@ -122,7 +141,9 @@ class StreamRewriter:
 
     def _join(self, pieces: list[Piece]) -> str:
         return "".join(
-            p if isinstance(p, str) else render(p, None if p.overlong else self._resolve(p.path))
+            p
+            if isinstance(p, str)
+            else render(p, None if p.overlong else self._resolve(p.path), json_text=self.json_text)
             for p in pieces
         )
 
@@ -132,12 +153,11 @@ class StreamRewriter:
             done = self._skip.feed(text, final)
             if done is None:
                 return out
-            used, match, _ = done
+            text, match = done
             self.paths_seen += 1
             out.append(match)
             self._hist = self._skip.tail
             self._skip = None
-            text = text[used:]
         buf = self._hist + self._held + text
         pos = len(self._hist)
         detector = self._detector
@@ -166,7 +186,7 @@ class StreamRewriter:
                 self._keep(buf, res.start)
                 return out
             # Overlong: consume it to its end, keeping only its name.
-            skip = OverlongPath()
+            skip = OverlongPath(res.stop)
             done = skip.feed(buf[res.start :], final)
             if done is None:
                 self._skip = skip
@@ -179,7 +199,7 @@ class StreamRewriter:
 
     def _keep(self, buf: str, at: int) -> None:
         self._held = buf[at:]
-        self._hist = buf[max(0, at - 2) : at]
+        self._hist = buf[max(0, at - self._detector.lookbehind) : at]
 
 
 def rewrite(

@@ -41,11 +41,11 @@ c("root: /root/.bashrc", "root: .bashrc", ["/root/.bashrc"])
 c(
     "dir /Users/alice/out/ has files",
     "dir out has files",
-    ["/Users/alice/out/"],
-    "directory: last segment",
+    ["/Users/alice/out"],
+    "directory: last segment; the normal form drops the trailing separator",
 )
 c("home is /Users/alice", "home is ~", ["/Users/alice"], "home dir never shows the user name")
-c("home is /home/bob/ ok", "home is ~ ok", ["/home/bob/"])
+c("home is /home/bob/ ok", "home is ~ ok", ["/home/bob"])
 c("/users/alice/x.txt", "x.txt", ["/users/alice/x.txt"], "lower-case macOS users")
 c("see /tmp/a(1).txt now", "see a(1).txt now", ["/tmp/a(1).txt"], "balanced parens inside")
 c("(see /tmp/a.txt)", "(see a.txt)", ["/tmp/a.txt"], "closing paren ends the path")
@@ -83,8 +83,13 @@ c(
 c("open file:///tmp/a.txt.", "open a.txt.", ["/tmp/a.txt"])
 c("FILE:///tmp/up.txt", "up.txt", ["/tmp/up.txt"])
 c("file://localhost/etc/hosts", "hosts", ["/etc/hosts"])
-c("file:///C:/Users/bob/x.png", "x.png", ["C:/Users/bob/x.png"])
-c("file://server/share/doc.txt", "doc.txt", ["//server/share/doc.txt"])
+c("file:///C:/Users/bob/x.png", "x.png", ["C:" + B + "Users" + B + "bob" + B + "x.png"])
+c(
+    "file://server/share/doc.txt",
+    "doc.txt",
+    [B + B + "server" + B + "share" + B + "doc.txt"],
+    "file URI authority: a UNC path",
+)
 c("profile:///x", "profile:///x", [], "file: inside a word")
 c("file:// nothing", "file:// nothing", [])
 # --- Windows drives
@@ -93,8 +98,18 @@ c(
     "plot.png",
     ["C:" + B + "Users" + B + "bob" + B + "plot.png"],
 )
-c("Saved C:/Users/bob/out/r.docx, ok", "Saved r.docx, ok", ["C:/Users/bob/out/r.docx"])
-c("d:" + B + "data" + B + "x.csv", "x.csv", ["d:" + B + "data" + B + "x.csv"])
+c(
+    "Saved C:/Users/bob/out/r.docx, ok",
+    "Saved r.docx, ok",
+    ["C:" + B + "Users" + B + "bob" + B + "out" + B + "r.docx"],
+    "Windows normal form: backslashes",
+)
+c(
+    "d:" + B + "data" + B + "x.csv",
+    "x.csv",
+    ["D:" + B + "data" + B + "x.csv"],
+    "drive letter upper case",
+)
 c(
     "C:" + B + "Program Files" + B + "App" + B + "a.exe",
     "Program Files" + B + "App" + B + "a.exe",
@@ -211,6 +226,314 @@ c("../tmp/x.txt", "../tmp/x.txt", [])
 c("x//tmp/a", "x//tmp/a", [])
 c("plain prose without any candidate at all.", "plain prose without any candidate at all.", [])
 c("", "", [])
+# ============ this round: every spelling of the same path =======================
+# tests use extra_roots=["/workspace", "/data/artifacts", "/srv/agent/artifacts", "C:\work"]
+W = B  # one Windows separator
+# --- 1. directories; a configured root or mount prefix alone is a path
+c(
+    "everything is in /srv/agent/artifacts/ now",
+    "everything is in artifacts now",
+    ["/srv/agent/artifacts"],
+    "configured root alone, trailing separator",
+)
+c("see /workspace", "see workspace", ["/workspace"], "mount prefix alone")
+c("see /workspace.", "see workspace.", ["/workspace"], "mount prefix alone before a full stop")
+c("in (/workspace) and", "in (workspace) and", ["/workspace"])
+c('"/data/artifacts/"', '"artifacts"', ["/data/artifacts"], "quoted configured root")
+c("`/srv/agent/artifacts`", "`artifacts`", ["/srv/agent/artifacts"])
+c("/workspace/ and /workspace", "workspace and workspace", ["/workspace", "/workspace"])
+c("/srv/agent/artifacts/out/", "out", ["/srv/agent/artifacts/out"], "directory under a root")
+c("dir /tmp/build/ ok", "dir build ok", ["/tmp/build"])
+c("/workspace.bak/x.txt", "/workspace.bak/x.txt", [], "not the root: another folder")
+c("/workspaces/x", "/workspaces/x", [], "not the root: longer name")
+c("a /tmp/ b /Users/ c ~/ d", "a /tmp/ b /Users/ c ~/ d", [], "generic anchors alone name nothing")
+c("C:" + W + "work", "work", ["C:" + W + "work"], "Windows mount prefix alone")
+# --- 2a. JSON-escaped slashes and backslashes
+c(
+    '{"path": "\\/Users\\/alice\\/x.pdf"}',
+    '{"path": "x.pdf"}',
+    ["/Users/alice/x.pdf"],
+    "JSON-escaped slashes",
+)
+c("see \\/tmp\\/a\\/b.txt now", "see b.txt now", ["/tmp/a/b.txt"], "escaped slashes in prose")
+c(
+    '{"p": "\\/srv\\/agent\\/artifacts\\/r.pdf"}',
+    '{"p": "r.pdf"}',
+    ["/srv/agent/artifacts/r.pdf"],
+    "escaped configured root: normal form for the resolver",
+)
+c('{"p": "\\/srv\\/agent\\/artifacts\\/"}', '{"p": "artifacts"}', ["/srv/agent/artifacts"])
+c(
+    '{\\"path\\": \\"\\/Users\\/alice\\/x.pdf\\"}',
+    '{\\"path\\": \\"x.pdf\\"}',
+    ["/Users/alice/x.pdf"],
+    'JSON inside a JSON string: the closing \\" is given back',
+)
+c(
+    '"\\\\\\/Users\\\\\\/alice\\\\\\/two.txt"',
+    '"two.txt"',
+    ["/Users/alice/two.txt"],
+    "two levels of escaping (\\\\\\/)",
+)
+c(
+    '"\\\\/Users\\\\/alice\\\\/two.txt"',
+    '"two.txt"',
+    ["/Users/alice/two.txt"],
+    "two levels, inner slash escaped only (\\\\/)",
+)
+c(
+    "\\u002fUsers\\u002falice\\u002fu.txt",
+    "u.txt",
+    ["/Users/alice/u.txt"],
+    "\\u002f separators",
+)
+c(
+    '{"p": "/tmp/\\u62a5\\u544a.pdf"}',
+    '{"p": "报告.pdf"}',
+    ["/tmp/报告.pdf"],
+    "json.dumps ensure_ascii: \\u escapes decoded",
+)
+c(
+    '{"content": "Saved to /tmp/x.txt\\nDone"}',
+    '{"content": "Saved to x.txt\\nDone"}',
+    ["/tmp/x.txt"],
+    "a JSON \\n ends the path",
+)
+c(
+    '{"content": "line\\n/Users/alice/y.txt"}',
+    '{"content": "line\\ny.txt"}',
+    ["/Users/alice/y.txt"],
+    "a JSON \\n before the path is a boundary",
+)
+c('"a\\t/tmp/t.txt\\t"', '"a\\tt.txt\\t"', ["/tmp/t.txt"], "JSON \\t on both sides")
+c(
+    '{"p": "\\/tmp\\/say \\"hi\\".txt"}',
+    '{"p": "say \\"hi\\".txt"}',
+    ['/tmp/say "hi".txt'],
+    "inside a JSON string an escaped quote is part of the path, and is escaped again",
+)
+c(
+    'x "\\/tmp\\/a\\"b.txt" y',
+    'x "a\\"b.txt" y',
+    ['/tmp/a"b.txt'],
+    "JSON-spelled path in quotes: the escaped quote is part of the name",
+)
+c(
+    '{"p": "C:\\\\Users\\\\bob\\\\new.txt"}',
+    '{"p": "new.txt"}',
+    ["C:" + W + "Users" + W + "bob" + W + "new.txt"],
+    "JSON Windows: \\\\n is a separator, not a newline",
+)
+c(
+    '"C:\\\\Users\\\\bob\\\\x.txt\\nnext"',
+    '"x.txt\\nnext"',
+    ["C:" + W + "Users" + W + "bob" + W + "x.txt"],
+    "quoted, but an escaped newline comes first: read as prose, ending at the \\n",
+)
+# --- 2b. percent-encoded separators
+c(
+    "get %2FUsers%2Falice%2FMy%20F.pdf now",
+    "get My%20F.pdf now",
+    ["/Users/alice/My F.pdf"],
+    "percent-encoded: the name stays encoded",
+)
+c("%2fusers%2falice%2fx.pdf", "x.pdf", ["/users/alice/x.pdf"], "lower-case escapes")
+c(
+    "http://viewer.example/open?path=%2FUsers%2Falice%2Fx.pdf&y=1",
+    "http://viewer.example/open?path=x.pdf&y=1",
+    ["/Users/alice/x.pdf"],
+    "in a query string: & ends it, the URL stays a URL",
+)
+c(
+    "?p=%252FUsers%252Falice%252Fdeep.pdf",
+    "?p=deep.pdf",
+    ["/Users/alice/deep.pdf"],
+    "double percent-encoding",
+)
+c(
+    "u=%2Fsrv%2Fagent%2Fartifacts%2Fr.pdf",
+    "u=r.pdf",
+    ["/srv/agent/artifacts/r.pdf"],
+    "percent-encoded configured root",
+)
+c(
+    "C%3A%5CUsers%5Cbob%5Cx.txt",
+    "x.txt",
+    ["C:" + W + "Users" + W + "bob" + W + "x.txt"],
+    "percent-encoded Windows path (encodeURIComponent)",
+)
+c("%5C%5Csrv%5Cshare%5Cq.xlsx", "q.xlsx", [W + W + "srv" + W + "share" + W + "q.xlsx"])
+c(
+    "x %2Ftmp%2Fa%20b%28c%29.txt y",
+    "x a%20b%28c%29.txt y",
+    ["/tmp/a b(c).txt"],
+    "a re-encoded name cannot end the surrounding URL",
+)
+c("file:/Users/alice/one.pdf", "one.pdf", ["/Users/alice/one.pdf"], "file: with one slash")
+c("file:%2F%2F%2FUsers%2Falice%2Fenc.pdf", "enc.pdf", ["/Users/alice/enc.pdf"])
+c(
+    "?u=file%3A%2F%2F%2FUsers%2Falice%2FMy%2520F.pdf",
+    "?u=My%20F.pdf",
+    ["/Users/alice/My F.pdf"],
+    "an encoded file URI",
+)
+c("file:///C:/work/r.txt", "r.txt", ["C:" + W + "work" + W + "r.txt"])
+c("50% of /v1/models and 100%", "50% of /v1/models and 100%", [], "percent signs in prose")
+c("%2Fv1%2Fmodels", "%2Fv1%2Fmodels", [], "encoded API route")
+# --- 2c. Windows long-path and device prefixes
+c(
+    W + W + "?" + W + "C:" + W + "Users" + W + "bob" + W + "x.txt",
+    "x.txt",
+    ["C:" + W + "Users" + W + "bob" + W + "x.txt"],
+    "long-path prefix stripped",
+)
+c(
+    W + W + "?" + W + "UNC" + W + "server" + W + "share" + W + "x.txt",
+    "x.txt",
+    [W + W + "server" + W + "share" + W + "x.txt"],
+    "long UNC prefix: a UNC path",
+)
+c(
+    "see " + W + W + "." + W + "C:" + W + "Users" + W + "bob" + W + "y.txt.",
+    "see y.txt.",
+    ["C:" + W + "Users" + W + "bob" + W + "y.txt"],
+    "device prefix",
+)
+c(
+    W + "??" + W + "C:" + W + "Windows" + W + "z.dll",
+    "z.dll",
+    ["C:" + W + "Windows" + W + "z.dll"],
+    "NT object prefix",
+)
+c(
+    '"' + W * 4 + "?" + W * 2 + "C:" + W * 2 + "Users" + W * 2 + "bob" + W * 2 + 'j.txt"',
+    '"j.txt"',
+    ["C:" + W + "Users" + W + "bob" + W + "j.txt"],
+    "JSON-escaped long-path prefix",
+)
+c("//?/C:/Users/bob/f.txt", "f.txt", ["C:" + W + "Users" + W + "bob" + W + "f.txt"])
+c(
+    W + W + "?" + W + "Volume{1b2c}" + W + "v.bin",
+    "v.bin",
+    [W + W + "?" + W + "Volume{1b2c}" + W + "v.bin"],
+    "a volume GUID path keeps its prefix",
+)
+# --- 2d. letter case of roots
+c("/USERS/alice/a.txt", "a.txt", ["/USERS/alice/a.txt"], "any case: as written for default roots")
+c("/Home/bob/b.txt and /TMP/c.txt", "b.txt and c.txt", ["/Home/bob/b.txt", "/TMP/c.txt"])
+c("/users/ALICE", "~", ["/users/ALICE"], "a home in any case")
+c(
+    "/Workspace/x.txt",
+    "x.txt",
+    ["/workspace/x.txt"],
+    "a mount prefix in another case: its configured spelling",
+)
+c("/SRV/Agent/ARTIFACTS/r.pdf", "r.pdf", ["/srv/agent/artifacts/r.pdf"])
+c(
+    "c:" + W + "WORK" + W + "x.txt",
+    "x.txt",
+    ["C:" + W + "work" + W + "x.txt"],
+    "Windows mount, other case",
+)
+# --- 2e. non-canonical separators
+c("//Users//alice/x.txt", "x.txt", ["/Users/alice/x.txt"], "doubled slashes")
+c("/Users/./alice/y.txt", "y.txt", ["/Users/alice/y.txt"], "dot segment")
+c("/./Users/a/z.txt", "z.txt", ["/Users/a/z.txt"], "leading dot segment")
+c("/srv//agent/./artifacts/k.txt", "k.txt", ["/srv/agent/artifacts/k.txt"])
+c(
+    "C:" + W + "Users" + W + W + "bob" + W + "." + W + "w.txt",
+    "w.txt",
+    ["C:" + W + "Users" + W + "bob" + W + "w.txt"],
+    "Windows: doubled separator and dot segment",
+)
+c("https://home/x and ftp://tmp/y", "https://home/x and ftp://tmp/y", [], "://root is a URL host")
+# --- 2f. a known root behind a known prefix, editor deep links
+c(
+    "/System/Volumes/Data/Users/alice/x.txt",
+    "x.txt",
+    ["/Users/alice/x.txt"],
+    "macOS firmlink dropped",
+)
+c("/proc/123/root/home/bob/x.txt", "x.txt", ["/home/bob/x.txt"], "proc root dropped")
+c("/proc/self/root/data/x.bin", "x.bin", ["/data/x.bin"], "any path behind proc root")
+c("/proc/42/cwd/secret/x.log", "x.log", ["/proc/42/cwd/secret/x.log"])
+c("open vscode://file/Users/alice/x.py:12 now", "open x.py now", ["/Users/alice/x.py"], "deep link")
+c("vscode-insiders://file/Users/alice/x.py:12:3.", "x.py.", ["/Users/alice/x.py"])
+c("[open](cursor://file/home/bob/main.rs)", "[open](main.rs)", ["/home/bob/main.rs"])
+c("windsurf://file/c:/Users/bob/a.ts", "a.ts", ["C:" + W + "Users" + W + "bob" + W + "a.ts"])
+c(
+    "myide://file/Users/alice/q.py",
+    "myide:q.py",
+    ["/Users/alice/q.py"],
+    "unknown scheme: the path from //file on",
+)
+c("see https://file.example.com/x", "see https://file.example.com/x", [])
+# --- 2g. per-user folders and variables
+c("/media/alice/USB/x.txt", "x.txt", ["/media/alice/USB/x.txt"])
+c("/media/alice", "~", ["/media/alice"], "a per-user media folder itself")
+c("/run/user/1000/app/s.sock", "s.sock", ["/run/user/1000/app/s.sock"])
+c("~alice/src/x.py", "x.py", ["~alice/src/x.py"], "tilde-user")
+c("ask ~bob/ now", "ask ~ now", ["~bob"], "another user's home itself")
+c("~bob", "~bob", [], "~word without a separator is prose")
+c("$HOME/src/x.py", "x.py", ["~/src/x.py"], "$HOME becomes ~")
+c("${HOME}/y.txt", "y.txt", ["~/y.txt"])
+c("cd $HOME/proj/ && ls", "cd proj && ls", ["~/proj"])
+c("%USERPROFILE%" + W + "Desktop" + W + "z.png", "z.png", ["~" + W + "Desktop" + W + "z.png"])
+c("%HOMEPATH%" + W + "a.txt", "a.txt", ["~" + W + "a.txt"])
+c("%HOMEDRIVE%%HOMEPATH%" + W + "b.txt", "b.txt", ["~" + W + "b.txt"])
+c("$env:USERPROFILE" + W + "c.txt", "c.txt", ["~" + W + "c.txt"])
+c("%APPDATA%" + W + "App" + W + "d.ini", "d.ini", ["%APPDATA%" + W + "App" + W + "d.ini"])
+c("$TMPDIR/e.log", "e.log", ["$TMPDIR/e.log"])
+c("echo $HOME and $5 and $HOME/", "echo $HOME and $5 and $HOME/", [], "variables alone")
+# --- shell escapes
+c(
+    "cp /Users/alice/My" + B + " Files/s/a.txt .",
+    "cp a.txt .",
+    ["/Users/alice/My Files/s/a.txt"],
+    "a shell-escaped space continues the path",
+)
+# --- 3. the replacement in the spelling of its context (links: see test_rewrite.py)
+c(
+    '{"p": "\\/tmp\\/say\\u0022hi.txt"}',
+    '{"p": "say\\"hi.txt"}',
+    ['/tmp/say"hi.txt'],
+    "a name with a quote inside JSON text is escaped again",
+)
+c(
+    "{" + B + '"p' + B + '": ' + B + '"~bob' + B * 3 + '"}',
+    "{" + B + '"p' + B + '": ' + B + '"~' + B + '"}',
+    ["~bob"],
+    "JSON-in-JSON: the closing escape is given back even from the start's separator",
+)
+c(
+    "in " + W + "Users" + W + "bob" + W + "d.txt",
+    "in d.txt",
+    [W + "Users" + W + "bob" + W + "d.txt"],
+    "Windows path without a drive",
+)
+c("x %5CUsers%5Cbob", "x ~", [W + "Users" + W + "bob"], "percent-encoded, a home itself")
+c("a " + W + "Users" + W + " b", "a " + W + "Users" + W + " b", [], "the anchor alone")
+c(
+    '"' + W * 2 + "Users" + W * 2 + "bob" + W * 2 + W + 'u62a5.txt"',
+    '"报.txt"',
+    [W * 2 + "Users" + W + "bob" + W + "报.txt"],
+    "JSON-escaped drive-less path: every separator doubled, so JSON text",
+)
+c(
+    W * 2 + "??" + W * 2 + "C:" + W * 2 + "bob" + W * 2 + "n.txt",
+    "n.txt",
+    ["C:" + W + "bob" + W + "n.txt"],
+    "JSON-escaped NT prefix: its level-0 form has single backslashes",
+)
+# --- still not paths
+c("GET /api/v1/users/list", "GET /api/v1/users/list", [], "API route with a root name inside")
+c("http://example.com/Users/", "http://example.com/Users/", [])
+c("https://host/home/x?p=1", "https://host/home/x?p=1", [])
+c("ratio 1/2, and/or ../tmp/x", "ratio 1/2, and/or ../tmp/x", [])
+c("x" + B + "/Users/a/b", "x" + B + "/Users/a/b", [], "escaped slash after a letter")
+c("文件 C: drive", "文件 C: drive", [])
+c("cost $5/month", "cost $5/month", [])
+c("Ｕｓｅｒｓ／alice", "Ｕｓｅｒｓ／alice", [], "fullwidth: out of scope")
 # --- long
 LONG = "/tmp/" + "d/" * 2500 + "final.txt"
 c(

@@ -23,7 +23,7 @@ from gateway.paths import Context, PathDetector, PathMatch, file_name
 from gateway.rewrite import StreamRewriter, render, rewrite
 
 CORPUS = json.loads((Path(__file__).parent.parent / "data" / "path_corpus.json").read_text())
-ROOTS = ["/workspace", "/data/artifacts"]
+ROOTS = ["/workspace", "/data/artifacts", "/srv/agent/artifacts", "C:\\work"]
 URL = "https://gw.example/v1/artifacts/"
 
 
@@ -331,3 +331,145 @@ def test_could_contain_path_is_a_safe_filter() -> None:
         if case["paths"]:
             assert could_contain_path(str(case["text"]))
     assert not could_contain_path("plain words, numbers 42 and punctuation!")
+
+
+# --- this round: spellings, rendering in context, holds -----------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        # JSON-escaped path in a JSON string: the bare link, valid JSON around it
+        ('{"p": "\\/tmp\\/a.txt"}', '{"p": "' + URL + 'x"}'),
+        # ... in JSON prose: a markdown link, its brackets escaped for JSON? (none needed)
+        ('{"t": "see \\/tmp\\/a.txt ok"}', '{"t": "see [a.txt](' + URL + 'x) ok"}'),
+        # a name that needs a markdown escape, inside JSON: the backslash is doubled
+        ('{"t": "see \\/tmp\\/b[1].txt ok"}', '{"t": "see [b\\\\[1\\\\].txt](' + URL + 'x) ok"}'),
+        # percent-encoded in a query string: the name percent-encoded, the link as in prose
+        ("?p=%2Ftmp%2Fa%20b.txt&x", "?p=[a%20b.txt](" + URL + "x)&x"),
+        # an editor deep link in a markdown link target: the bare link
+        ("[open](vscode://file/tmp/a.py:3)", "[open](" + URL + "x)"),
+    ],
+)
+def test_link_rendering_in_the_paths_spelling(text: str, expect: str) -> None:
+    assert rewrite(text, lambda p: URL + "x") == expect
+
+
+def test_a_name_with_a_quote_keeps_the_json_valid() -> None:
+    text = json.dumps({"p": '/tmp/say"hi.txt', "q": "see /tmp/x\\y.txt"})
+    out = rewrite(text)
+    assert json.loads(out) == {"p": 'say"hi.txt', "q": "see y.txt"}
+
+
+@pytest.mark.parametrize(
+    ("delta", "held"),
+    [
+        ("x %", "%"),
+        ("x %2", "%2"),
+        ("x %2F", "%2F"),
+        ("cost $", "$"),
+        ("x ${HO", "${HO"),
+        ("x vscode", "vscode"),
+        ("x vscode-ins", "vscode-ins"),
+        ("open curs", "curs"),
+        ("x \\", "\\"),
+        ("x \\\\?", "\\\\?"),
+        ("x //", "//"),
+        ("see /workspace", "/workspace"),
+        ("~al", "~al"),
+    ],
+)
+def test_only_a_possible_new_start_is_held(delta: str, held: str) -> None:
+    rw = StreamRewriter(extra_roots=ROOTS)
+    out = rw.feed(delta)
+    assert out + held == delta
+    assert rw.held_chars == len(held)
+
+
+@pytest.mark.parametrize(
+    "delta",
+    ["50% off", "costs $5", "and/or", "cursor moved", "vscoded", "10:30", "ratio 3:1", "~5 min"],
+)
+def test_new_triggers_in_ordinary_text_go_out_at_once(delta: str) -> None:
+    rw = StreamRewriter(extra_roots=ROOTS)
+    assert rw.feed(delta + " ") == delta + " "
+    assert rw.held_chars == 0
+
+
+@pytest.mark.parametrize(
+    ("start", "piece", "end"),
+    [
+        ("see \\/tmp\\/", "ab\\/", "last.txt\\n tail"),
+        ("see %2Ftmp%2F", "ab%2F", "last.txt&tail"),
+        ("see C:\\\\tmp\\\\", "ab\\\\", "last.txt\\ntail"),
+    ],
+)
+def test_hold_is_bounded_for_endless_paths_in_every_spelling(
+    start: str, piece: str, end: str
+) -> None:
+    det = PathDetector(max_path_chars=256)
+    text = start + piece * 2000 + end
+    one_shot = rewrite(text, max_path_chars=256)
+    assert "ab" not in one_shot.replace("tail", "")
+    for size in (1, 3, 7, 64):
+        rw = StreamRewriter(detector=det)
+        out = []
+        for i in range(0, len(text), size):
+            out.append(rw.feed(text[i : i + size]))
+            assert rw.held_chars <= 256 + det.max_start_chars
+        out.append(rw.flush())
+        assert "".join(out) == one_shot, size
+
+
+def test_configured_roots_and_mounts_get_their_configured_spelling() -> None:
+    seen: list[str] = []
+
+    def spy(path: str) -> None:
+        seen.append(path)
+
+    rewrite("/WORKSPACE/a.txt c:\\WORK\\b.txt %2Fsrv%2Fagent%2Fartifacts", spy, extra_roots=ROOTS)
+    assert seen == ["/workspace/a.txt", "C:\\work\\b.txt", "/srv/agent/artifacts"]
+
+
+def test_prefix_regex_is_exactly_the_prefixes_of_starts() -> None:
+    """The twin regex: every prefix of a start matches it, and a few non-prefixes don't."""
+    det = PathDetector.shared(tuple(ROOTS))
+    starts = [
+        "/Users/",
+        "\\/Users\\/",
+        "%2FUsers%2F",
+        "%252fhome%252f",
+        "//./Users/",
+        "/System/Volumes/Data/",
+        "/proc/12/root/",
+        "/srv/agent/artifacts ",
+        "~alice/",
+        "${HOME}/",
+        "%USERPROFILE%\\",
+        "$env:USERPROFILE\\",
+        "C:\\",
+        "c%3A%5C",
+        "\\\\server\\s",
+        "\\\\?\\C",
+        "file:/",
+        "file%3A%2F",
+        "vscode://file/",
+        "cursor%3A%2F%2Ffile%2F",
+    ]
+    for s in starts:
+        for i in range(1, len(s) + 1):
+            frag = s[:i]
+            assert det._prefix[frag[0]].fullmatch(frag), frag
+    for frag in ["/Usx", "%2G", "~/ ", "$HOMEX", "C:x", "\\\\?x", "filex", "vscodx", "/proc/x"]:
+        assert not det._prefix[frag[0]].fullmatch(frag), frag
+
+
+def test_json_text_channels_keep_markdown_escapes_valid() -> None:
+    args = json.dumps({"text": "see /tmp/odd[1].txt and /tmp/a.txt"})
+    rw = StreamRewriter(lambda p: URL + "x", json_text=True)
+    out = rw.feed(args) + rw.flush()
+    assert json.loads(out)["text"] == f"see [odd\\[1\\].txt]({URL}x) and [a.txt]({URL}x)"
+    # without the flag the rewriter cannot know it is JSON text
+    plain = rewrite(args, lambda p: URL + "x")
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(plain)
