@@ -137,10 +137,14 @@ class Scrubber:
         self.settings = settings
         self.stats = PipelineStats()
 
-    def rewriter(self) -> StreamRewriter:
-        return StreamRewriter(detector=self.settings.detector)
+    def rewriter(self, *, json_text: bool = False) -> StreamRewriter:
+        """A streaming rewriter; ``json_text`` for channels that are JSON text (tool-call
+        arguments), whose replacements must stay valid inside JSON strings."""
+        return StreamRewriter(detector=self.settings.detector, json_text=json_text)
 
-    async def render(self, pieces: list[Piece], *, name_only: bool = False) -> str:
+    async def render(
+        self, pieces: list[Piece], *, name_only: bool = False, json_text: bool = False
+    ) -> str:
         """The text of rewriter pieces, each path resolved (or its name alone)."""
         out: list[str] = []
         for p in pieces:
@@ -152,7 +156,7 @@ class Scrubber:
                 self.stats.names += 1
             else:
                 self.stats.links += 1
-            out.append(render(p, url))
+            out.append(render(p, url, json_text=json_text))
         return "".join(out)
 
     async def text(self, text: str, *, name_only: bool = False) -> str:
@@ -399,12 +403,12 @@ class ChatPipeline(Scrubber):
         first = tidx not in state.tools
         rw = state.tools.get(tidx)
         if rw is None:
-            rw = state.tools[tidx] = self.rewriter()
+            rw = state.tools[tidx] = self.rewriter(json_text=True)
         args = fn.get("arguments")
         text = ""
         if isinstance(args, str) and args:
             pieces = rw.feed_pieces(args)
-            text = await self.render(pieces)
+            text = await self.render(pieces, json_text=True)
         call_id = name = None
         if first:
             call_id = _tool_id(call.get("id"))
@@ -433,7 +437,7 @@ class ChatPipeline(Scrubber):
                 if channel == "content" and self.settings.logprobs:
                     events.append(Logprobs(idx, rest, state.logprob))
         for tidx, rw in state.tools.items():
-            rest = await self.render(rw.flush_pieces(), name_only=name_only)
+            rest = await self.render(rw.flush_pieces(), name_only=name_only, json_text=True)
             if rest:
                 events.append(ToolCall(idx, tidx, rest, legacy=tidx == -1))
 
