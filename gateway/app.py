@@ -17,6 +17,7 @@ import trio
 from gateway.artifacts import ArtifactService
 from gateway.auth import Authenticator
 from gateway.config import Config
+from gateway.openwebui import OpenWebUI
 from gateway.pipeline import PipelineSettings
 from gateway.reaper import MaintenanceSettings, new_holder_id, run_maintenance
 from gateway.routes import blueprints
@@ -70,6 +71,7 @@ def build_state(
             max_event_bytes=config.limits.max_event_bytes,
         ),
         settings=settings or pipeline_settings(config),
+        openwebui=OpenWebUI.from_config(config),
     )
     return st
 

@@ -221,6 +221,26 @@ class ArtifactService:
 
     # -- links -----------------------------------------------------------------------
 
+    def share(self, rec: ArtifactRecord) -> ArtifactRecord:
+        """A public link for the same file as the owner's ``rec`` (blocking).
+
+        The file must still be the one recorded (else 410); the new record keeps its
+        identity, so the public link stops working too if the file changes.
+        """
+        fd = self._open_verified(rec)
+        os.close(fd)
+        facts = FileFacts(
+            rec.path,
+            rec.filename,
+            rec.device,
+            rec.inode,
+            rec.size,
+            rec.mtime_ns,
+            rec.content_type,
+            rec.ctime_ns,
+        )
+        return self.mint(facts, rec.owner, "public")
+
     def url(self, rec: ArtifactRecord) -> str:
         base = f"{self.base_url}/v1/artifacts/{rec.id}"
         if rec.link_mode != "public" or rec.expires is None:

@@ -49,6 +49,10 @@ class Authenticator:
     def __init__(self, keys: tuple[KeyEntry, ...]) -> None:
         self._by_digest = {_digest(k.key): k for k in keys}
 
+    def knows(self, token: str) -> bool:
+        """Is ``token`` one of this gateway's bearer keys?"""
+        return _digest(token.strip()) in self._by_digest
+
     def authenticate(self, headers: HeaderLookup) -> Caller:
         auth = headers.get("Authorization") or ""
         scheme, _, token = auth.partition(" ")

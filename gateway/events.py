@@ -31,6 +31,7 @@ from typing import Any
 __all__ = [
     "BOUNDARY",
     "TEXT_CHANNELS",
+    "Attachments",
     "Boundary",
     "Event",
     "Extra",
@@ -130,6 +131,14 @@ class Named:
 
 
 @dataclass(frozen=True, slots=True)
+class Attachments:
+    """Files of this answer that the client's own file store now holds (the proxy put
+    them into Open WebUI as the user): ``files`` entries as Open WebUI shows them."""
+
+    files: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Boundary:
     """The end of one upstream chunk: a front that writes chunks starts a new one here,
     so the output does not depend on how the upstream's bytes were split into reads."""
@@ -138,4 +147,16 @@ class Boundary:
 #: the one :class:`Boundary` the pipeline emits
 BOUNDARY = Boundary()
 
-Event = Meta | Role | Text | ToolCall | Logprobs | Finish | Usage | Extra | Named | Boundary
+Event = (
+    Meta
+    | Role
+    | Text
+    | ToolCall
+    | Logprobs
+    | Finish
+    | Usage
+    | Extra
+    | Named
+    | Attachments
+    | Boundary
+)

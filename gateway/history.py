@@ -17,16 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from gateway.fronts.openwebui import PRIVATE_NOTE
+from gateway.fronts.openwebui import NOTE_PATTERN
 
 if TYPE_CHECKING:
     from gateway.state import GatewayState
 
 __all__ = ["GATEWAY_NOTES", "prepare_messages"]
 
-#: texts the gateway or the proxy appends to answers; removed from history
-
-GATEWAY_NOTES: list[str] = [PRIVATE_NOTE]
+#: notes the gateway or the proxy appends to answers; removed from history
+GATEWAY_NOTES: tuple[re.Pattern[str], ...] = (NOTE_PATTERN,)
 
 
 def link_pattern(base_url: str) -> re.Pattern[str]:
@@ -77,7 +76,7 @@ def _texts(content: Any) -> list[str]:
 
 def _has_note(m: dict[str, Any]) -> bool:
     return m.get("role") == "assistant" and any(
-        note in text for text in _texts(m.get("content")) for note in GATEWAY_NOTES
+        note.search(text) for text in _texts(m.get("content")) for note in GATEWAY_NOTES
     )
 
 
@@ -87,11 +86,11 @@ def _rewrite_text(text: str, pattern: re.Pattern[str], paths: dict[str, str], no
         path = paths.get(artifact_id)
         return match.group(0) if path is None else path
 
+    if notes:  # first: a note's share links are not links to map back
+        for note in GATEWAY_NOTES:
+            text = note.sub("", text)
     if paths:
         text = pattern.sub(sub, text)
-    if notes:
-        for note in GATEWAY_NOTES:
-            text = text.replace(note, "")
     return text
 
 

@@ -118,7 +118,8 @@ class Context(Enum):
     """How the text around a path delimits it, which decides its replacement."""
 
     PROSE = "prose"  # [name](url) or name
-    QUOTED = "quoted"  # inside `..`, "..", '..', <..> or ](..): bare url or name
+    QUOTED = "quoted"  # inside "..", '..', <..> or ](..): bare url or name
+    CODE = "code"  # a whole code span `..` (both backticks in raw): [`name`](url) or `name`
     LINK_TEXT = "link_text"  # inside [..]: the name alone
 
 
@@ -750,6 +751,19 @@ class OverlongPath:
         return PathMatch("", "", stripped, Context.PROSE, overlong=True, suffix=trailing)
 
 
+def _code_span(buf: str, s: int, res: ScanResult) -> ScanResult:
+    """A path that fills a code span is replaced with its backticks (see Context.CODE)."""
+    if type(res) is NeedMore:
+        return NeedMore(s - 1)
+    if type(res) is not Found or buf[res.end : res.end + 1] != "`":
+        return res
+    match = res.match
+    if match.raw != buf[s : res.end]:
+        return res  # trailing spaces inside the span: keep the plain quoted reading
+    raw = "`" + match.raw + "`"
+    return _found(s - 1, res.end + 1, match._replace(raw=raw, context=Context.CODE))
+
+
 class PathDetector:
     """Finds host-local paths; see the module docstring for the rules.
 
@@ -809,17 +823,24 @@ class PathDetector:
 
     def _tail_start(self, buf: str, lo: int) -> int:
         """Where a possible start begins in a letter tail of ``buf`` (``C``, ``fil``,
-        ``vsco``: their trigger has not arrived yet); ``len(buf)`` if none."""
+        ``vsco``: their trigger has not arrived yet), or at a trailing backtick (it may
+        open a code span around a path, which is then replaced whole); ``len(buf)`` if
+        none."""
         n = len(buf)
+        if n > lo and buf[-1] == "`":
+            return n - 1
         if n <= lo or buf[-1] not in _WORD:
             return n
         for i in self._word_starts(buf, n, lo):
             if i == n - 1 or buf[i:].lower() in _LETTER_PREFIXES:
-                return i
+                return i - 1 if i > lo and buf[i - 1] == "`" else i
         return n
 
-    def _start_at(self, buf: str, s: int, final: bool) -> ScanResult | None:
-        """Is there a start at ``buf[s]``? Parse the path, hold it, or None."""
+    def _start_at(self, buf: str, s: int, final: bool, lo: int = 0) -> ScanResult | None:
+        """Is there a start at ``buf[s]``? Parse the path, hold it, or None.
+
+        ``lo``: where the not yet emitted text begins (a code span's opening backtick
+        before it cannot be part of a replacement any more)."""
         start = self._start.get(buf[s])
         if start is None:
             return None
@@ -831,7 +852,7 @@ class PathDetector:
                 and n - s <= self.max_start_chars
                 and self._prefix[buf[s]].fullmatch(buf, s)
             ):
-                return NeedMore(s)
+                return NeedMore(s - 1 if s > lo and buf[s - 1] == "`" else s)
             return None
         family = m.lastgroup or ""
         st = m.group()
@@ -842,7 +863,7 @@ class PathDetector:
         if closer:
             res = self._parse_quoted(buf, s, m.end(), family, sp, ctx, closer, final)
             if res is not None:
-                return res
+                return _code_span(buf, s, res) if closer == "`" and s > lo else res
         return self._parse_prose(buf, s, m.end(), family, sp, final)
 
     # -- the scan ----------------------------------------------------------------
@@ -863,11 +884,11 @@ class PathDetector:
             ch = t.group()
             if ch in ":%" and k > pos and buf[k - 1] in _WORD:
                 for i in self._word_starts(buf, k, pos):
-                    res = self._start_at(buf, i, final)
+                    res = self._start_at(buf, i, final, pos)
                     if res is not None:
                         return res
             if ch != ":" and _boundary_at(buf, k):
-                res = self._start_at(buf, k, final)
+                res = self._start_at(buf, k, final, pos)
                 if res is not None:
                     return res
             k += 1

@@ -43,7 +43,7 @@ from gateway.paths import (
 Resolver = Callable[[str], "str | None"]
 Piece = str | PathMatch
 
-__all__ = ["Piece", "Resolver", "StreamRewriter", "name_only", "render", "rewrite"]
+__all__ = ["Piece", "Resolver", "StreamRewriter", "md_escape", "name_only", "render", "rewrite"]
 
 
 def name_only(path: str) -> None:
@@ -51,7 +51,8 @@ def name_only(path: str) -> None:
     return None
 
 
-def _md_escape(name: str) -> str:
+def md_escape(name: str) -> str:
+    """``name`` as markdown link text (brackets and backslashes escaped)."""
     if "[" not in name and "]" not in name and "\\" not in name:
         return name
     return name.replace("\\", "\\\\").replace("[", "\\[").replace("]", "\\]")
@@ -71,12 +72,16 @@ def render(match: PathMatch, url: str | None, *, json_text: bool = False) -> str
     if match.pct_level:
         for _ in range(match.pct_level):
             name = quote(name, safe="")
-    if url is None or match.context is Context.LINK_TEXT:
+    if match.context is Context.CODE:  # the whole span, backticks included
+        tick = "``" if "`" in name else "`"
+        span = f"{tick}{name}{tick}"
+        text = span if url is None else f"[{span}]({url})"
+    elif url is None or match.context is Context.LINK_TEXT:
         text = name
     elif match.context is Context.QUOTED:
         text = url
     else:
-        text = f"[{_md_escape(name)}]({url})"
+        text = f"[{md_escape(name)}]({url})"
     level = match.json_level or (1 if json_text and not match.overlong else 0)
     for _ in range(level):
         text = json_escape(text)

@@ -295,7 +295,7 @@ def _check_manifest(
         str(art.get("bytes")),
     )
     add("path became a markdown link", f"[{name}]({url})" in text, url)
-    add("path in a code span became the link", f"`{url}`" in text)
+    add("path in a code span became a link with its name", f"[`{name}`]({url})" in text)
     add("outside path became its file name", missing_name(nonce) in text and "/etc/" not in text)
     signed = "sig=" in url and "exp=" in url
     add(

@@ -18,6 +18,7 @@ from gateway.artifacts import ArtifactService, NameOnly
 from gateway.auth import Authenticator
 from gateway.config import Config
 from gateway.metrics import Metrics
+from gateway.openwebui import OpenWebUI
 from gateway.pipeline import ChatPipeline, LinkResolver, PipelineSettings
 from gateway.relay import RelayOptions
 from gateway.rewrite import rewrite
@@ -61,6 +62,8 @@ class GatewayState:
     sessions: Sessions
     runs: Runs
     settings: PipelineSettings
+    #: Open WebUI, when ``proxy.openwebui_url`` is set: downloads accept its sessions
+    openwebui: OpenWebUI | None = None
     metrics: Metrics = field(default_factory=Metrics)
     draining: trio.Event = field(default_factory=trio.Event)
     started: float = field(default_factory=time.time)
@@ -98,6 +101,8 @@ class GatewayState:
     async def aclose(self) -> None:
         """Close the upstream client and the store (idempotent)."""
         await self.upstream.aclose()
+        if self.openwebui is not None:
+            await self.openwebui.aclose()
         await trio.to_thread.run_sync(self.store.close)
 
 

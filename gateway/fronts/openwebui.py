@@ -2,36 +2,56 @@
 
 Open WebUI 0.12.4 splits the stream on LF, JSON-parses each ``data:`` line alone and
 acts on chunk keys besides ``choices`` (an ``event`` key is a UI event; one of type
-``execute`` runs JavaScript): this front writes only ``choices`` chunks, the terminal
-chunk with ``usage`` and the ``gateway`` manifest, and — when the proxy delivered the
-answer's files into Open WebUI's own file store — exactly one ``files`` event per
-message (the frontend replaces the message's file list with each event's list while
-the socket handler appends the stored ones: one event avoids both duplicates and
-losses). Named upstream events are not relayed. In private mode, when links were
-minted, one short note explains them.
+``execute`` runs JavaScript; ``tool_calls`` make it call tools itself): this front
+writes only ``choices`` chunks with text, the terminal chunk with ``usage`` and the
+``gateway`` manifest, and — when the proxy delivered the answer's files into Open
+WebUI's own file store (:class:`~gateway.events.Attachments`) — exactly one ``files``
+event (the frontend replaces the message's file list with each event's list while the
+socket handler appends the stored ones: one event avoids both duplicates and losses).
+Named upstream events and tool calls are not relayed.
+
+In private mode, when links were minted and not delivered as files, one short note
+says the truth about them: they open only for this user, in the browser where they are
+signed in to Open WebUI, and each file has a share link that makes a public one.
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 import time
 from typing import Any
 
 from gateway.errors import GatewayError
-from gateway.events import Event, Meta, Role, Text
+from gateway.events import Attachments, Event, Meta, Role, Text, ToolCall
 from gateway.fronts.chat import ChatEncoder
+from gateway.rewrite import md_escape
 from gateway.sse import encode_json
 
-__all__ = ["PRIVATE_NOTE", "OpenWebUIEncoder"]
+__all__ = ["NOTE_PATTERN", "OpenWebUIEncoder", "private_note"]
 
-PRIVATE_NOTE = (
-    "\n\n_These download links open only for you. "
-    "Ask for a public link if you want to share a file._"
-)
+NOTE_START = "\n\n_These links open only for you"
+#: the note in a conversation sent back (the gateway removes it before the upstream)
+NOTE_PATTERN = re.compile(re.escape(NOTE_START) + r"[^\n]*_")
+
+
+def _share_url(url: str) -> str:
+    return url.split("?", 1)[0] + "/share"
+
+
+def private_note(artifacts: list[dict[str, Any]]) -> str:
+    """The note under a private answer: true about the links, and a working way to share."""
+    shares = ", ".join(
+        f"[{md_escape(a['filename'])}]({_share_url(a['url'])})" for a in artifacts[:10]
+    )
+    return (
+        f"{NOTE_START}, in the browser where you are signed in to Open WebUI. "
+        f"To share a file, make a public link: {shares}._"
+    )
 
 
 class OpenWebUIEncoder(ChatEncoder):
-    """A chat stream for Open WebUI: no named events, a note, a ``files`` event."""
+    """A chat stream for Open WebUI: no named events or tool calls, a note, ``files``."""
 
     def __init__(self, model: str, mode: str) -> None:
         super().__init__(relay_named=False, usage_on_finish=True)
@@ -39,26 +59,43 @@ class OpenWebUIEncoder(ChatEncoder):
             id="chatcmpl-" + secrets.token_hex(12), created=int(time.time()), model=model
         )
         self.mode = mode
-        #: set by the proxy's stage when the answer's files were stored in Open WebUI
-        self.files: list[dict[str, Any]] | None = None
+        self.files: list[dict[str, Any]] = []
 
     def start(self) -> bytes:
         return self.encode([Role(0, "assistant"), Text(0, "content", "")])
 
     def encode(self, events: list[Event]) -> bytes:
-        # the model is the one Open WebUI asked for, whatever the gateway reports
-        return super().encode([e for e in events if type(e) is not Meta])
+        kept: list[Event] = []
+        for e in events:
+            if type(e) is Attachments:
+                self.files.extend(e.files)
+            elif type(e) is not Meta and type(e) is not ToolCall:
+                # the model is the one Open WebUI asked for, whatever the gateway reports
+                kept.append(e)
+        return super().encode(kept)
 
     def _footer(self, manifest: dict[str, Any]) -> list[Event]:
-        if self.mode == "private" and manifest.get("artifacts") and not self.files:
-            return [Text(0, "content", PRIVATE_NOTE)]
+        artifacts = manifest.get("artifacts") or []
+        if self.mode == "private" and artifacts and not self.files:
+            return [Text(0, "content", private_note(artifacts))]
         return []
 
+    def _files_event(self) -> bytes:
+        if not self.files:
+            return b""
+        chunk = {
+            "id": self.meta.id,
+            "object": "chat.completion.chunk",
+            "created": self.meta.created,
+            "model": self.meta.model,
+            "choices": [],
+            "event": {"type": "files", "data": {"files": self.files}},
+        }
+        return encode_json(chunk)
+
     def end(self, events: list[Event], manifest: dict[str, Any]) -> bytes:
-        head = b""
-        if self.files:
-            head = encode_json({"event": {"type": "files", "data": {"files": self.files}}})
-        return head + super().end([*events, *self._footer(manifest)], manifest)
+        body = self.encode(events)  # takes the Attachments out first
+        return body + self._files_event() + super().end(self._footer(manifest), manifest)
 
     def fail(self, events: list[Event], error: GatewayError, manifest: dict[str, Any]) -> bytes:
-        return super().fail(events, error, manifest)
+        return super().fail([e for e in events if type(e) is not Attachments], error, manifest)

@@ -22,6 +22,7 @@ Client disconnect stops the run on the gateway.
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ from gateway.config import Config
 from gateway.errors import AuthError, GatewayError, RequestError, UpstreamError
 from gateway.fronts.chat import SAMPLING_KEYS, validate_chat_body
 from gateway.fronts.openwebui import OpenWebUIEncoder
+from gateway.openwebui import OpenWebUI, owner_for_user
+from gateway.proxy.delivery import Delivery
 from gateway.proxy.identity import Identity, identify, identity_hint, requested_mode
 from gateway.proxy.stream import RemoteRunSource, RunEventStage, gateway_error
 from gateway.relay import Relay, RelayOptions
@@ -56,6 +59,8 @@ from gateway.web import (
 
 __all__ = ["ProxyApp", "ProxyState", "create_proxy_app"]
 
+log = logging.getLogger("gateway.proxy")
+
 
 @dataclass
 class ProxyState:
@@ -63,6 +68,10 @@ class ProxyState:
     client: httpx.AsyncClient
     draining: trio.Event = field(default_factory=trio.Event)
     clock: Callable[[], float] = time.time
+    #: Open WebUI itself (``proxy.openwebui_url``): verifies forwarded sessions
+    openwebui: OpenWebUI | None = None
+    #: the last model list the gateway gave (served while the gateway is down)
+    models: dict[str, Any] | None = None
 
     @property
     def extra_roots(self) -> tuple[str, ...]:
@@ -115,24 +124,36 @@ def create_proxy_app(
     client = new_client(
         connect_timeout=10.0, transport=transport, base_url=config.proxy.gateway_url
     )
-    ps = ProxyState(config, client, clock=clock)
+    ps = ProxyState(config, client, clock=clock, openwebui=OpenWebUI.from_config(config))
     app.proxy = ps
     client_keys = {hashlib.sha256(k.encode()).digest() for k in config.proxy.client_keys}
 
-    def authenticate() -> None:
+    async def authenticate() -> Identity | None:
+        """Open WebUI's connection key (None: the user comes from headers or the JWT), or
+        a forwarded Open WebUI session (connection auth type "session"): its user."""
         if not request.headers.get("Authorization"):
             raise AuthError(
                 "Missing bearer key: send 'Authorization: Bearer <key>'.", code="missing_api_key"
             )
         token = bearer_token(request.headers)
-        if token is None or hashlib.sha256(token.encode()).digest() not in client_keys:
-            raise AuthError(
-                "The bearer key is not one of proxy.client_keys.", code="invalid_api_key"
-            )
+        if token is not None and hashlib.sha256(token.encode()).digest() in client_keys:
+            return None
+        if token is not None and ps.openwebui is not None:
+            user = await ps.openwebui.verify(token)
+            if user is not None:
+                who = owner_for_user(user.id)
+                return Identity(who, "session", user.email, user.name, token=token)
+        raise AuthError(
+            "The bearer key is not one of proxy.client_keys"
+            + (", nor a valid Open WebUI session." if ps.openwebui is not None else "."),
+            code="invalid_api_key",
+        )
 
     @app.after_serving
     async def _close() -> None:
         await client.aclose()
+        if ps.openwebui is not None:
+            await ps.openwebui.aclose()
 
     @app.get("/health")
     async def health() -> Response:
@@ -146,30 +167,43 @@ def create_proxy_app(
 
     @app.get("/v1/models")
     async def models() -> Response:
-        authenticate()
-        try:
-            r = await client.get("/v1/models", headers=ps.gateway_headers())
-        except httpx.HTTPError as exc:
-            raise _gateway_down(exc) from exc
-        if r.status_code != 200:
-            raise await gateway_error(r, ps.scrub)
-        return json_response(_models(loads_bounded(r.content, 16), ps.scrub))
+        await authenticate()
+        return json_response(await _model_list(ps))
 
     @app.post("/v1/chat/completions")
     async def chat() -> Response:
-        authenticate()
+        session = await authenticate()
         body = await json_body(max_json_depth(config))
         stream = validate_chat_body(body)
-        ident = identify(request.headers, config, ps.clock())
+        ident = session or identify(request.headers, config, ps.clock())
         request.scope["gateway.principal"] = ident.owner or "-"  # type: ignore[typeddict-unknown-key]
         mode = requested_mode(body) or config.artifacts.default_link_mode
         if not stream:
             return await _background_task(ps, body, ident, mode)
         if ident.owner is None and mode == "private":
             raise RequestError(identity_hint(config), code="identity_required")
-        return await _stream(ps, body, ident.owner or "openwebui:anonymous", mode)
+        return await _stream(ps, body, ident, mode)
 
     return app
+
+
+async def _model_list(ps: ProxyState) -> dict[str, Any]:
+    """The gateway's models (one list for every user: Open WebUI caches it for all);
+    the last good list while the gateway is down."""
+    try:
+        r = await ps.client.get("/v1/models", headers=ps.gateway_headers())
+        if r.status_code != 200:
+            raise await gateway_error(r, ps.scrub)
+        listing = _models(loads_bounded(r.content, 16), ps.scrub)
+    except (httpx.HTTPError, GatewayError) as exc:
+        if ps.models is not None:
+            log.warning("the gateway's model list is unavailable; serving the last good one")
+            return ps.models
+        if isinstance(exc, GatewayError):
+            raise
+        raise _gateway_down(exc) from exc
+    ps.models = listing
+    return listing
 
 
 def _models(data: Any, scrub: Callable[[str], str]) -> dict[str, Any]:
@@ -189,7 +223,8 @@ def _models(data: Any, scrub: Callable[[str], str]) -> dict[str, Any]:
     return {"object": "list", "data": out}
 
 
-async def _stream(ps: ProxyState, body: dict[str, Any], owner: str, mode: str) -> Response:
+async def _stream(ps: ProxyState, body: dict[str, Any], ident: Identity, mode: str) -> Response:
+    owner = ident.owner or "openwebui:anonymous"
     run_body = {"model": body["model"], "messages": body["messages"]}
     # Open WebUI's per-model params (temperature, max_tokens...) reach the upstream
     run_body.update({k: body[k] for k in SAMPLING_KEYS if k in body})
@@ -207,10 +242,24 @@ async def _stream(ps: ProxyState, body: dict[str, Any], owner: str, mode: str) -
         base_url=cfg.server.public_base_url,
         extra_roots=ps.extra_roots,
         max_path_chars=cfg.limits.max_path_chars,
+        delivery=_delivery(ps, ident, owner),
     )
     front = OpenWebUIEncoder(body["model"], mode)
     relay: Relay[Any, Any, bytes] = Relay(source, stage, front, ps.relay_options())
     return sse_response(ChannelBody(relay))
+
+
+def _delivery(ps: ProxyState, ident: Identity, owner: str) -> Delivery | None:
+    """Native delivery, when the user's own session came with the request."""
+    if ident.token is None or ps.openwebui is None or not ps.config.proxy.native_delivery:
+        return None
+    return Delivery(
+        ps.client,
+        ps.gateway_headers(owner),
+        ps.openwebui,
+        ident.token,
+        ps.config.artifacts.max_bytes,
+    )
 
 
 async def _background_task(

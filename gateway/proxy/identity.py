@@ -25,6 +25,7 @@ from typing import Any
 from gateway.auth import LINK_MODES
 from gateway.config import Config
 from gateway.errors import AuthError, RequestError
+from gateway.openwebui import owner_for_user
 
 __all__ = ["Identity", "identify", "owner_for", "requested_mode", "verify_openwebui_jwt"]
 
@@ -70,11 +71,7 @@ def verify_openwebui_jwt(token: str, secret: str, now: float) -> dict[str, Any]:
     return claims
 
 
-def owner_for(user_id: str) -> str:
-    """``openwebui:<id>``; ids outside the principal alphabet are hashed, not rejected."""
-    if user_id and len(user_id) <= 128 and all(c.isalnum() or c in "._:@-" for c in user_id):
-        return "openwebui:" + user_id
-    return "openwebui:h-" + hashlib.sha256(user_id.encode()).hexdigest()[:32]
+owner_for = owner_for_user
 
 
 @dataclass(frozen=True)

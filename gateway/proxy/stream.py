@@ -23,8 +23,9 @@ import httpx
 import trio
 
 from gateway.errors import GatewayError, UpstreamError
-from gateway.events import Event, Text, Usage
+from gateway.events import Attachments, Event, Text, Usage
 from gateway.paths import DEFAULT_MAX_PATH_CHARS
+from gateway.proxy.delivery import Delivery
 from gateway.rewrite import StreamRewriter, rewrite
 from gateway.shapes import check_usage, loads_bounded
 from gateway.sources import abandon
@@ -224,8 +225,10 @@ class RunEventStage:
         base_url: str,
         extra_roots: tuple[str, ...] = (),
         max_path_chars: int = DEFAULT_MAX_PATH_CHARS,
+        delivery: Delivery | None = None,
     ) -> None:
         self.mode = mode
+        self.delivery = delivery
         self.base_url = base_url.rstrip("/")
         self._roots = extra_roots
         self._limit = max_path_chars
@@ -254,6 +257,10 @@ class RunEventStage:
                 usage = check_usage(ev.get("usage"))
                 if usage is not None:
                     events.append(Usage(usage))
+                if self.delivery is not None and self._manifest["artifacts"]:
+                    files = await self.delivery.all(self._manifest)
+                    if files:
+                        events.append(Attachments(tuple(files)))
                 return Step(events, done=True)
             elif kind in ("run.failed", "run.cancelled"):
                 self._take_manifest(ev.get("gateway"))

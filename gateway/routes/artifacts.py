@@ -1,6 +1,23 @@
-"""Managed downloads: ``GET /v1/artifacts/{id}``, ``GET /v1/artifacts``, revoke."""
+"""Managed downloads: ``GET /v1/artifacts/{id}``, the owner's list, revoke, share.
+
+Who may download a private link: its owner, proven by the owner's bearer key, the proxy
+asserting the owner, or — so that a link opens in the browser with no other login — the
+owner's **Open WebUI session** (the ``token`` cookie, or that token as a bearer),
+verified against ``proxy.openwebui_url`` and mapped to ``openwebui:<user id>``. A public
+link needs its signature instead. Browsers (``Accept: text/html``) get a small readable
+page for 401/404/410; API clients keep JSON.
+
+``GET /v1/artifacts/{id}/share`` (the owner) offers to turn a private link into a public
+one; ``POST`` makes it (a new public record for the same file, valid
+``artifacts.public_ttl_seconds``) and answers with the link: the "ask for a public link"
+that the private-mode note points to, usable from the browser.
+"""
 
 from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 from quart import Blueprint, Response, request
@@ -12,41 +29,97 @@ from gateway.artifacts import (
     etag,
     parse_range,
 )
-from gateway.errors import GatewayError, NotFound
+from gateway.errors import AuthError, GatewayError, NotFound
+from gateway.openwebui import owner_for_user
+from gateway.pages import error_page, share_done_page, share_page, wants_html
 from gateway.routes._common import authenticate
-from gateway.state import current
+from gateway.state import GatewayState, current
 from gateway.store import ArtifactRecord
-from gateway.web import cleanup_stack, error_response, json_response
+from gateway.web import bearer_token, cleanup_stack, error_response, json_response
 
 bp = Blueprint("artifacts", __name__)
 
+#: what a browser may do with our pages: nothing but show them and post the share form
+PAGE_POLICY = "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'"
 
-async def _authorize(artifact_id: str) -> ArtifactRecord:
+
+def _html(status: int, page: str) -> Response:
+    resp = Response(page, status=status, content_type="text/html; charset=utf-8")
+    resp.headers["Content-Security-Policy"] = PAGE_POLICY
+    resp.headers["Cache-Control"] = "no-store"
+    resp.headers["X-Content-Type-Options"] = "nosniff"
+    return resp
+
+
+def browser_errors(
+    handler: Callable[..., Awaitable[Response]],
+) -> Callable[..., Awaitable[Response]]:
+    """Errors of ``handler`` as an HTML page when a browser asked, JSON otherwise."""
+
+    async def wrapped(*args: Any, **kw: Any) -> Response:
+        try:
+            return await handler(*args, **kw)
+        except GatewayError as exc:
+            if not wants_html(request.headers):
+                raise
+            page = error_page(exc, current().config.proxy.openwebui_url)
+            resp = _html(exc.status, page)
+            if exc.status == 401:
+                resp.headers["WWW-Authenticate"] = 'Bearer realm="artifact-gateway"'
+            return resp
+
+    wrapped.__name__ = handler.__name__
+    return wrapped
+
+
+async def owner() -> str:
+    """The principal of this request: a gateway key, else an Open WebUI session."""
     st = current()
+    token = bearer_token(request.headers)
+    if (token is not None and st.auth.knows(token)) or st.openwebui is None:
+        return authenticate().owner
+    session = token or request.cookies.get("token")
+    if not session:
+        return authenticate().owner  # 401 missing_api_key, with the usual hint
+    user = await st.openwebui.verify(session)
+    if user is None:
+        raise AuthError(
+            "Neither a key of this gateway nor a valid Open WebUI session; sign in to Open "
+            "WebUI again, or send 'Authorization: Bearer <key>'.",
+            code="invalid_session" if token is None else "invalid_api_key",
+        )
+    who = owner_for_user(user.id)
+    request.scope["gateway.principal"] = who  # type: ignore[typeddict-unknown-key]
+    return who
+
+
+async def _authorize(st: GatewayState, artifact_id: str) -> ArtifactRecord:
     args = request.args
     if "sig" in args or "exp" in args:
         return await st.artifacts.authorize_public(
             artifact_id, args.get("exp", ""), args.get("sig", "")
         )
-    caller = authenticate()
-    return await st.artifacts.authorize_owner(artifact_id, caller.owner)
+    return await st.artifacts.authorize_owner(artifact_id, await owner())
+
+
+def _range_refused(rec: ArtifactRecord) -> Response:
+    resp = error_response(
+        GatewayError(
+            "The requested range is outside the file.", code="range_not_satisfiable", status=416
+        )
+    )
+    resp.headers["Content-Range"] = f"bytes */{rec.size}"
+    return resp
 
 
 @bp.get("/v1/artifacts/<artifact_id>")
+@browser_errors
 async def download(artifact_id: str) -> Response:
     st = current()
-    rec = await _authorize(artifact_id)
+    rec = await _authorize(st, artifact_id)
     rng = parse_range(request.headers.get("Range"), rec.size)
     if rng is False:
-        resp = error_response(
-            GatewayError(
-                "The requested range is outside the file.",
-                code="range_not_satisfiable",
-                status=416,
-            )
-        )
-        resp.headers["Content-Range"] = f"bytes */{rec.size}"
-        return resp
+        return _range_refused(rec)
     fd = await st.artifacts.open_verified(rec)
     start, length = (rng[0], rng[1] - rng[0] + 1) if isinstance(rng, tuple) else (0, rec.size)
     body = FileBody(fd, start, length)
@@ -67,6 +140,47 @@ async def download(artifact_id: str) -> Response:
     response = Response(body, status=status, headers=headers)
     response.timeout = None
     return response
+
+
+async def _own(st: GatewayState, artifact_id: str) -> tuple[ArtifactRecord, str]:
+    who = await owner()
+    return await st.artifacts.authorize_owner(artifact_id, who), who
+
+
+@bp.get("/v1/artifacts/<artifact_id>/share")
+@browser_errors
+async def share_form(artifact_id: str) -> Response:
+    st = current()
+    rec, who = await _own(st, artifact_id)
+    token = st.signer.form_token("share", rec.id, who)
+    if not wants_html(request.headers):
+        return json_response({**st.artifacts.describe(rec), "share_token": token})
+    ttl_days = st.config.artifacts.public_ttl_seconds / 86400
+    page = share_page(rec.filename, rec.size, request.path, token, ttl_days)
+    return _html(200, page)
+
+
+@bp.post("/v1/artifacts/<artifact_id>/share")
+@browser_errors
+async def share(artifact_id: str) -> Response:
+    st = current()
+    rec, who = await _own(st, artifact_id)
+    if bearer_token(request.headers) is None:
+        # a browser with a session cookie: the form's token proves the owner sent it
+        form = await request.form
+        if not st.signer.check_form_token(form.get("token", ""), "share", rec.id, who):
+            raise AuthError(
+                "The share form is out of date; open the share page again.",
+                code="invalid_form_token",
+                status=403,
+            )
+    public = await trio.to_thread.run_sync(st.artifacts.share, rec)
+    url = st.artifacts.url(public)
+    expires = int(public.expires or 0)
+    if wants_html(request.headers):
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(expires))
+        return _html(200, share_done_page(rec.filename, url, when))
+    return json_response({**st.artifacts.describe(public), "expires": expires}, 201)
 
 
 @bp.get("/v1/artifacts")

@@ -809,7 +809,8 @@ async def test_range_requests(gw: GW) -> None:
 async def test_download_headers_and_unicode_name(gw: GW, files: DemoFiles) -> None:
     res = await gw.chat(f"Your CV: `{files.resume_txt}` (mind the space).")
     assert len(res.links) == 1
-    assert res.content == f"Your CV: `{res.links[0]}` (mind the space)."
+    name = files.resume_txt.name  # the code span becomes a clickable link with the name
+    assert res.content == f"Your CV: [`{name}`]({res.links[0]}) (mind the space)."
     assert res.manifest["artifacts"][0]["filename"] == "r\u00e9sum\u00e9 2026.txt"
     r = await gw.get(res.links[0])
     body = files.resume_txt.read_bytes()

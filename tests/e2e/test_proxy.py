@@ -34,7 +34,7 @@ import pytest
 import trio
 
 from gateway.demo_upstream import MODELS, WINDOWS_PATH, DemoFiles
-from gateway.proxy import PRIVATE_NOTE
+from gateway.fronts.openwebui import NOTE_PATTERN, NOTE_START
 from gateway.sse import DONE, SSEDecoder, encode_json
 from harness.nothing import NOTHING_FOUND
 from harness.transport import Scripted, ScriptedTransport
@@ -364,12 +364,18 @@ def assert_links(
 
 
 def assert_private_note(content: str, *, expected: bool) -> None:
+    """The private-mode note: once, at the end, true (signed in to Open WebUI) and with
+    a share link (``/v1/artifacts/<id>/share``) for every linked file."""
     if expected:
-        assert content.count(PRIVATE_NOTE) == 1
-        assert content.endswith(PRIVATE_NOTE)
-        assert len(PRIVATE_NOTE) < 200 and "public link" in PRIVATE_NOTE
+        assert content.count(NOTE_START) == 1
+        note = NOTE_PATTERN.search(content)
+        assert note is not None and note.end() == len(content), content[-300:]
+        assert "signed in to Open WebUI" in note.group(0) and "public link" in note.group(0)
+        linked = {m["id"] for m in links_in(content[: note.start()])}
+        shared = set(re.findall(r"/v1/artifacts/([\w-]+)/share\)", note.group(0)))
+        assert linked and shared == linked
     else:
-        assert PRIVATE_NOTE.strip() not in content
+        assert NOTE_START.strip() not in content
         assert "open only for you" not in content
 
 
@@ -532,7 +538,8 @@ async def test_stream_parses_line_by_line_like_openwebui(chain: Chain) -> None:
     assert all(ln.startswith(("data: ", ": ")) or ln == "" for ln in lines), lines
     # the run's own record of the answer matches what Open WebUI assembled (minus the note)
     (run,) = chain.runs()
-    assert got.content == "".join(run.output) + PRIVATE_NOTE
+    note = NOTE_PATTERN.search(got.content)
+    assert note is not None and got.content == "".join(run.output) + note.group(0)
 
 
 @SDK_WARNINGS
@@ -815,7 +822,6 @@ async def test_defence_in_depth_gateway_rewriting_disabled(
     carry the raw paths; the proxy's own name-only rewriter still lets only file names
     through to Open WebUI."""
 
-
     ch = await start_chain(nursery, tmp_path, settings=NOTHING_FOUND)
     owner = "openwebui:" + USER_A
     async with ch.proxy.client(key=None) as c:
@@ -884,7 +890,6 @@ async def test_defence_in_depth_knows_configured_mounts(
     cfg = make_config(tmp_path, "http://127.0.0.1:9/v1", artifacts=artifacts)
     (tmp_path / "artifacts" / "team-secret").mkdir(parents=True)
     (tmp_path / "artifacts" / "team-secret" / "report.pdf").write_bytes(b"%PDF-1.4 tiny")
-
 
     gw = await start_gateway(nursery, cfg, transport=transport, settings=NOTHING_FOUND)
     px = await start_proxy(

@@ -117,7 +117,7 @@ def test_corpus_every_chunking(case: dict[str, object]) -> None:
     ("text", "expect"),
     [
         ("see /tmp/a.txt now", f"see [a.txt]({URL}x) now"),
-        ("`/tmp/a.txt`", f"`{URL}x`"),
+        ("`/tmp/a.txt`", f"[`a.txt`]({URL}x)"),  # a code span becomes a link with its name
         ('"/tmp/a.txt"', f'"{URL}x"'),
         ("</tmp/a.txt>", f"<{URL}x>"),
         ("[doc](/tmp/a.txt)", f"[doc]({URL}x)"),

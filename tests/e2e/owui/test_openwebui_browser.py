@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from gateway.errors import ConfigError
-from gateway.proxy import PRIVATE_NOTE
+from gateway.fronts.openwebui import NOTE_START
 from tests.e2e.owui.conftest import OwuiChain, start_owui_chain
 from tests.helpers import HOST_PATH_RE
 
@@ -157,5 +157,5 @@ async def test_next_turn_gives_the_agent_its_paths_back(
     assert [m["role"] for m in history][-3:] == ["user", "assistant", "user"], history
     previous = history[-2]["content"]
     assert chain.gateway.url + "/v1/artifacts/" not in previous, previous
-    assert PRIVATE_NOTE.strip() not in previous
+    assert NOTE_START.strip() not in previous
     assert str(files.report_pdf) in previous
