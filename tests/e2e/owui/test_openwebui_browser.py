@@ -17,7 +17,6 @@ import httpx
 import pytest
 import trio
 
-from gateway.errors import ConfigError
 from gateway.fronts.openwebui import NOTE_START
 from tests.e2e.owui.conftest import OwuiChain, start_owui_chain
 from tests.helpers import HOST_PATH_RE
@@ -65,8 +64,10 @@ async def test_public_links_open_in_the_browser(
     for link in answer.links:
         assert link_re.match(link.href), link.href
         assert link.target == "_blank", link
-    # a path inside a code span becomes the bare URL, shown as code (not clickable)
-    assert any(link_re.match(code) for code in answer.code_spans), answer.code_spans
+    # a path inside a code span becomes a clickable link whose text is the file name
+    # shown as code
+    assert "résumé 2026.txt" in by_text, answer.links
+    assert "résumé 2026.txt" in answer.code_spans, answer.code_spans
     assert "draft-notes.txt" in answer.text and "plot.png" in answer.text
     assert HOST_PATH_RE.search(answer.text) is None, answer.text
     assert HOST_PATH_RE.search(answer.html) is None
@@ -89,21 +90,13 @@ async def test_public_links_open_in_the_browser(
             assert r.content == by_name[name].read_bytes(), text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="private links need a bearer key today, so the owner's browser gets 401 JSON; "
-    "fixed when the download route accepts the owner's Open WebUI session "
-    "(proxy.openwebui_url, DESIGN.md 'Principals and isolation' > Browsers)",
-)
 async def test_private_link_opens_for_its_owner(
     nursery: trio.Nursery, tmp_path: Path, openwebui: Any, browser: Any, chat_page: Any
 ) -> None:
-    try:  # the coming fix verifies the browser's Open WebUI session against this origin
-        chain = await start_owui_chain(
-            nursery, tmp_path, openwebui, proxy={"openwebui_url": openwebui.url}
-        )
-    except ConfigError:  # not a config key yet: run as today, the browser shows why
-        chain = await start_owui_chain(nursery, tmp_path, openwebui)
+    # the gateway verifies the browser's Open WebUI session against this origin
+    chain = await start_owui_chain(
+        nursery, tmp_path, openwebui, proxy={"openwebui_url": openwebui.url}
+    )
     files = chain.files
     user = openwebui.user
 
@@ -115,9 +108,12 @@ async def test_private_link_opens_for_its_owner(
 
     link_re = private_link_re(chain.gateway.url)
     assert answer.links, answer.text
+    shares = [link for link in answer.links if link.href.endswith("/share")]
     for link in answer.links:
-        assert link_re.match(link.href), link.href
-    assert "open only for you" in answer.text
+        assert link_re.match(link.href.removesuffix("/share")), link.href
+    # the note is true and its share links are the way to make a public one
+    assert "open only for you" in answer.text and "signed in to Open WebUI" in answer.text
+    assert {s.text for s in shares} == {"report.pdf", "results.csv", "plot.png", "résumé 2026.txt"}
     # what the owner sees when clicking the link in Open WebUI: the file
     assert opened.download is not None, (
         f"the owner clicked a private link and got HTTP {opened.status}: {opened.body_text[:300]}"
@@ -125,12 +121,6 @@ async def test_private_link_opens_for_its_owner(
     assert opened.download == files.report_pdf.read_bytes()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the gateway does not yet map the requester's own links back to host paths "
-    "(nor drop its private-link note) in the history it sends upstream "
-    "(DESIGN.md 'Requests going upstream')",
-)
 async def test_next_turn_gives_the_agent_its_paths_back(
     nursery: trio.Nursery, tmp_path: Path, openwebui: Any, browser: Any, chat_page: Any
 ) -> None:
