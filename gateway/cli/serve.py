@@ -158,6 +158,10 @@ def _serve_apps(cfg: Any, what: str, apps: list[tuple[Any, str, trio.Event | Non
                 drain_timeout=cfg.server.drain_timeout_seconds,
                 on_ready=ready,
                 write_timeout=cfg.server.write_timeout_seconds,
+                # these keys are being added to the config; until then, the defaults
+                header_timeout=getattr(cfg.server, "header_timeout_seconds", 10.0),
+                max_connections=getattr(cfg.server, "max_connections", 16384),
+                listen_backlog=getattr(cfg.server, "listen_backlog", 4096),
             )
         )
     except BaseException as exc:
