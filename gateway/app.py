@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
@@ -236,6 +238,8 @@ def install_common(app: QuartTrio, config: Config, what: str) -> None:
     app.asgi_http_class = GatewayHTTPConnection
     app.config["RESPONSE_TIMEOUT"] = None
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
+    # limits.max_json_depth is being added to the config; until then, the default
+    app.config["MAX_JSON_DEPTH"] = getattr(config.limits, "max_json_depth", MAX_JSON_DEPTH)
     http_codes = {
         404: ("not_found", f"No such route on this {what}; see GET /v1/models and docs/api.md."),
         405: ("method_not_allowed", "This route does not accept that HTTP method."),
@@ -280,17 +284,85 @@ def authenticate() -> Caller:
     return caller
 
 
-async def json_body() -> dict[str, Any]:
-    raw = await request.get_data(as_text=False)
+#: default of ``limits.max_json_depth``
+MAX_JSON_DEPTH = 64
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _invalid_json(message: str) -> RequestError:
+    return RequestError(message, code="invalid_json")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _invalid_json(f"The request body holds a number too large for JSON ({text[:20]}).")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise _invalid_json(f"The request body holds {name}, which is not JSON.")
+
+
+def parse_json_object(raw: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> dict[str, Any]:
+    """The request body as a JSON object, or :class:`RequestError` ``invalid_json`` whose
+    sentence says what was wrong: not UTF-8, not JSON, not an object, nested deeper than
+    ``max_depth``, a lone surrogate escape (``"\\ud800"``: not Unicode, cannot be sent
+    on), ``NaN``/``Infinity`` or a number beyond a double (cannot be sent on either).
+    """
     if not raw:
-        raise RequestError("The request body must be a JSON object.", code="invalid_json")
+        raise _invalid_json("The request body must be a JSON object.")
     try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise RequestError("The request body is not valid JSON.", code="invalid_json") from exc
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _invalid_json("The request body is not valid UTF-8.") from exc
+    text = text.removeprefix("\ufeff")
+    try:
+        body = json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+    except RecursionError as exc:
+        raise _invalid_json(f"The request body nests deeper than {max_depth} levels.") from exc
+    except ValueError as exc:  # JSONDecodeError, and ints beyond Python's digit limit
+        raise _invalid_json("The request body is not valid JSON.") from exc
     if not isinstance(body, dict):
-        raise RequestError("The request body must be a JSON object.", code="invalid_json")
+        raise _invalid_json("The request body must be a JSON object.")
+    # cheap tests first: a deep value needs many brackets, a surrogate needs an escape
+    deep = text.count("[") + text.count("{") > max_depth
+    if deep or _SURROGATE_ESCAPE.search(text):
+        _check_json_value(body, max_depth)
     return body
+
+
+def _check_json_value(value: Any, max_depth: int) -> None:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise _invalid_json(
+                    "The request body holds a lone UTF-16 surrogate escape (such as "
+                    "\\ud800), which is not Unicode text."
+                ) from exc
+            continue
+        if not isinstance(item, dict | list):
+            continue
+        if depth > max_depth:
+            raise _invalid_json(f"The request body nests deeper than {max_depth} levels.")
+        if isinstance(item, dict):
+            stack.extend((k, depth) for k in item)
+            stack.extend((v, depth + 1) for v in item.values())
+        else:
+            stack.extend((v, depth + 1) for v in item)
+
+
+async def json_body() -> dict[str, Any]:
+    from quart import current_app
+
+    raw = await request.get_data(cache=True, as_text=False, parse_form_data=False)
+    return parse_json_object(
+        raw, max_depth=current_app.config.get("MAX_JSON_DEPTH", MAX_JSON_DEPTH)
+    )
 
 
 def validate_chat_body(body: dict[str, Any]) -> bool:

@@ -49,6 +49,7 @@ from gateway.app import (
     SAMPLING_KEYS,
     ChannelBody,
     install_common,
+    json_body,
     json_response,
 )
 from gateway.auth import LINK_MODES
@@ -404,13 +405,7 @@ def create_proxy_app(
     @app.post("/v1/chat/completions")
     async def chat() -> Response:
         authenticate()
-        raw = await request.get_data(as_text=False)
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            raise RequestError("The request body must be a JSON object.", code="invalid_json")
+        body = await json_body()
         model = body.get("model")
         messages = body.get("messages")
         if not isinstance(model, str) or not model:
