@@ -4,6 +4,8 @@ Every httpx error is translated here into :class:`gateway.errors.UpstreamError`
 with a stable ``code``:
 
     upstream_unreachable   connect failed (502)
+    gateway_overloaded     connect failed because this process is out of file
+                           descriptors, EMFILE/ENFILE (503, Retry-After: 1)
     upstream_timeout       connect/read timed out (504)
     upstream_disconnected  the connection broke mid-response (502)
     upstream_bad_response  the upstream answered something that is not JSON (502)
@@ -18,6 +20,7 @@ verbatim (it could carry paths) beyond its scrubbed ``error.message``.
 
 from __future__ import annotations
 
+import errno
 import json
 import time
 from typing import Any
@@ -41,10 +44,48 @@ class UpstreamHTTPError(UpstreamError):
         self.retry_after = retry_after
 
 
+class GatewayOverloaded(UpstreamError):
+    """The gateway itself ran out of file descriptors while connecting upstream."""
+
+    retry_after = "1"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The gateway has too many open connections (out of file descriptors) to reach "
+            "the upstream model server; retry shortly. Operators: raise LimitNOFILE / "
+            "NumberOfFiles or lower server.max_connections.",
+            code="gateway_overloaded",
+            status=503,
+        )
+
+
+def fds_exhausted(exc: BaseException) -> bool:
+    """Is ``exc``, or anything it was raised from or groups, EMFILE/ENFILE?
+
+    httpx wraps the OSError in ``ConnectError``; trio's ``open_tcp_stream`` wraps the
+    failed attempts in an ``OSError`` raised from an exception group.
+    """
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in (errno.EMFILE, errno.ENFILE):
+            return True
+        if isinstance(e, BaseExceptionGroup):
+            todo.extend(e.exceptions)
+        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
+    return False
+
+
 def translate(exc: Exception) -> UpstreamError:
     """Map an httpx exception to an :class:`UpstreamError`."""
     if isinstance(exc, UpstreamError):
         return exc
+    if isinstance(exc, httpx.ConnectError | OSError) and fds_exhausted(exc):
+        return GatewayOverloaded()
     if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
         if isinstance(exc, httpx.ConnectTimeout):
             return UpstreamError(
@@ -125,7 +166,10 @@ class Upstream:
             timeout=httpx.Timeout(cfg.connect_timeout_seconds, read=None),
             headers=headers,
             transport=transport,
-            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
+            # one connection per relayed stream: a pool cap below server.max_connections
+            # made streams queue for a slot and fail as upstream_timeout (the server's
+            # own connection limit bounds this pool)
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=100),
         )
         self._models: tuple[float, dict[str, Any]] | None = None
 
