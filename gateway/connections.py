@@ -666,8 +666,9 @@ class GatewayTCPServer(TCPServer):
             await self.protocol.handle(Closed())
 
     async def _close(self, final: bool = False) -> None:
-        """Begin closing: FIN (unless another task is writing), then the reader reads and
-        drops what still arrives for up to :data:`LINGER_SECONDS` (``final``: close now)."""
+        """Begin closing: FIN once a write under way has finished, then the reader reads
+        and drops what still arrives for up to :data:`LINGER_SECONDS` (``final``: close
+        now)."""
         proto = self._h11
         if proto is None:  # TLS: hypercorn's own close
             await super()._close()
@@ -678,20 +679,24 @@ class GatewayTCPServer(TCPServer):
             if final:
                 await self.stream.aclose()
             return
-        try:
-            self.send_lock.acquire_nowait()
-        except (trio.WouldBlock, RuntimeError):
-            # a write is under way: closing the socket ends it (no FIN, no linger)
+        if self.send_lock.statistics().owner is trio.lowlevel.current_task():
+            await self.stream.aclose()  # pragma: no cover - not reached from hypercorn's h11
+            return
+        self._lingering = True
+        # the other task may be writing the last response (the app's, or hypercorn's
+        # 400): let it finish, then FIN; EOF during a write raised BusyResourceError
+        with trio.move_on_after(LINGER_SECONDS) as waited:
+            async with self.send_lock:
+                with contextlib.suppress(
+                    trio.BrokenResourceError,
+                    trio.ClosedResourceError,
+                    trio.BusyResourceError,
+                    OSError,
+                ):
+                    await self.stream.send_eof()
+        if waited.cancelled_caught:  # a write that long is stuck: give up on it
             await self.stream.aclose()
             return
-        try:
-            with contextlib.suppress(
-                trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError
-            ):
-                await self.stream.send_eof()
-        finally:
-            self.send_lock.release()
-        self._lingering = True
         self._linger_until = trio.current_time() + LINGER_SECONDS
         if self._read_scope is not None:
             self._read_scope.deadline = min(self._read_scope.deadline, self._linger_until)
