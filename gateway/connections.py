@@ -374,9 +374,11 @@ class GatewayH11Protocol(H11Protocol):
             try:
                 event = conn.next_event()
             except h11.RemoteProtocolError as error:
-                if before in (h11.DONE, h11.MUST_CLOSE) and self.stream is not None:
+                answering = before in (h11.DONE, h11.MUST_CLOSE) or conn.our_state is h11.SEND_BODY
+                if answering and self.stream is not None:
                     # bytes after a complete request that must be the last one (HTTP/1.0,
-                    # Connection: close): answer that request, ignore the rest, then close
+                    # Connection: close), or a broken body while the answer is already
+                    # going out: finish the answer, ignore the rest, then close
                     self.ignore_input = True
                     break
                 if conn.our_state in {h11.IDLE, h11.SEND_RESPONSE}:

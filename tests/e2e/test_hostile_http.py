@@ -80,8 +80,7 @@ def _problems(o: Outcome) -> list[str]:
         out.append("reset instead of a clean close")
     if o.end == "refused":
         out.append("connection refused: the server is gone")
-    last = c.parts[-1] if c.parts else b""
-    if last.endswith(FOLLOW_UP) and o.sent_all and o.end == "eof":
+    if b"".join(c.parts).endswith(FOLLOW_UP) and o.sent_all and o.end == "eof":
         answered = bool(o.responses) and o.responses[-1].status == 200
         if not answered and not any(r.closes for r in o.responses):
             out.append("the follow-up request got no answer and no Connection: close")
@@ -439,3 +438,34 @@ async def test_refused_post_keeps_or_cleanly_closes_the_connection(nursery: trio
     big = b"y" * (DISCARD_LIMIT * 20)
     o = await _case(port, head % len(big), big + FOLLOW_UP, pause=0.3)
     assert o.statuses == [200] and o.responses[0].closes and o.end == "eof" and o.sent_all
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_hostile_requests_split_at_random_points(services: Services, seed: int) -> None:
+    """The catalogue again, each case's bytes cut at seeded random points (1-12 writes,
+    a few ms apart): framing errors straddle every kind of boundary."""
+    import random
+
+    rnd = random.Random(seed)
+    cases = []
+    for c in catalogue("gateway") + catalogue("proxy"):
+        if c.pause or c.finish != "read":
+            continue
+        data = b"".join(c.parts)
+        cuts = sorted(rnd.sample(range(1, len(data)), min(len(data) - 1, rnd.randint(0, 11))))
+        parts = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+        cases.append(
+            Case(c.kind, c.server, parts, pause=0.002, label=f"split{len(parts)} " + c.label)
+        )
+    with ThreadPoolExecutor(WORKERS) as pool:
+        outcomes = list(pool.map(lambda c: run_case(c, services.ports[c.server]), cases))
+    failures = [
+        f"{o.case.server} {o.case.kind} [{o.case.label}]: {p}"
+        for o in outcomes
+        for p in _problems(o)
+    ]
+    assert not failures, "\n".join(failures[:40])
+    for name in ("gateway", "proxy"):
+        assert services.procs[name].alive
+    assert not _log_problems(services), _log_problems(services)
