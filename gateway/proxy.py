@@ -353,6 +353,10 @@ def create_proxy_app(
         base_url=config.proxy.gateway_url,
         timeout=httpx.Timeout(10.0, read=None),
         transport=transport,
+        # one gateway connection per relayed stream: httpx's default cap (100) made
+        # stream 101 wait for a slot and fail as gateway_unreachable after 10 s; the
+        # proxy's own server.max_connections bounds this pool
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=100),
     )
     ps = ProxyState(config, client, clock=clock)
     app.proxy = ps  # type: ignore[attr-defined]
