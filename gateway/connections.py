@@ -18,8 +18,15 @@ hypercorn 0.18 runs one task per connection (the *reader*) plus one task per req
   the cancelled task while the reader was writing hypercorn's own 400 for a bad
   chunked body: trio's ``BusyResourceError`` escaped and, by the first point, killed
   the server. :class:`GatewayH11Protocol` runs that bookkeeping shielded,
-  :meth:`GatewayTCPServer._close` never sends EOF while another task writes, and
-  :class:`GatewayTaskGroup` never lets the reader block on an app that has finished.
+  :meth:`GatewayTCPServer._close` waits for a write under way before its EOF (and
+  never cuts that write), and :class:`GatewayTaskGroup` never lets the reader block on
+  an app that has finished. Also: the reader no longer waits forever on pipelined
+  bytes once the connection closes, and a closed connection's socket is released at
+  once (hypercorn kept it in CLOSE-WAIT until the keep-alive timer fired).
+* **Bytes the connection cannot use.** After a request that must be the connection's
+  last (HTTP/1.0, ``Connection: close``), or a broken request body once the answer has
+  started: that answer is finished, the rest of the input ignored, then the connection
+  closes (hypercorn cut the answer short).
 * **A response sent before the request body was read** (401, 404, 413...): if the
   declared body is small (``Content-Length`` <= :data:`DISCARD_LIMIT`) the rest is read
   and discarded and the connection stays usable; otherwise the response carries
@@ -78,6 +85,8 @@ DISCARD_LIMIT = 64 * 1024
 #: after deciding to close: read and drop what the client still sends, this long at most
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 16 * 1024 * 1024
+#: after a read deadline: how long to look for bytes that did arrive in time
+GRACE_READ_SECONDS = 0.05
 #: connections beyond ``max_connections`` answered with a 503 at the same time, at most
 MAX_REFUSING = 256
 #: descriptors a relayed stream holds (client connection + upstream connection)
@@ -533,9 +542,19 @@ class GatewayTCPServer(TCPServer):
                 except (trio.ClosedResourceError, trio.BrokenResourceError):
                     break
             self._read_scope = None
-            if scope.cancelled_caught:
-                if not self._lingering:
+            if scope.cancelled_caught and not self._lingering:
+                # trio checks the deadline before it tries the socket: on a loop that
+                # lags (measured: 10,000 streams on 2 busy cores) bytes that arrived in
+                # time were never looked at. Only bytes not there yet are "too slow".
+                with trio.move_on_after(GRACE_READ_SECONDS) as grace:
+                    try:
+                        data = await self.stream.receive_some(MAX_RECV)
+                    except (trio.ClosedResourceError, trio.BrokenResourceError):
+                        break
+                if grace.cancelled_caught:
                     await self._read_timed_out(proto)
+                    break
+            elif scope.cancelled_caught:
                 break
             if self._lingering:
                 self._linger_bytes += len(data)
