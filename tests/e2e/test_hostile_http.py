@@ -482,3 +482,54 @@ def test_hostile_requests_split_at_random_points(services: Services, seed: int) 
     for name in ("gateway", "proxy"):
         assert services.procs[name].alive
     assert not _log_problems(services), _log_problems(services)
+
+
+# --------------------------------------------------------------------------- units
+
+
+def test_request_json_rules() -> None:
+    from gateway.app import parse_json_object
+    from gateway.errors import RequestError
+
+    # a surrogate *pair* is an ordinary astral character (json.dumps writes emoji so)
+    assert parse_json_object(json.dumps({"a": "😀 ok"}).encode()) == {"a": "😀 ok"}
+    assert parse_json_object(b"\xef\xbb\xbf{}") == {}
+    assert parse_json_object(json.dumps({"d": [[[1]]]}).encode(), max_depth=4)
+    bad = {
+        b'{"a": "\\ud800"}': "surrogate",
+        b'{"a": "\\udc00x"}': "surrogate",
+        b'{"a": NaN}': "NaN",
+        b'{"a": 1e400}': "too large",
+        b'{"a": ' + b"9" * 5000 + b"}": "not valid JSON",
+        b"[" * 50_000: "deeper",
+        b'{"a":' * 65 + b"1" + b"}" * 65: "deeper",
+        b'{"a": "\xff"}': "UTF-8",
+        b"[]": "object",
+        b"": "object",
+    }
+    for raw, why in bad.items():
+        with pytest.raises(RequestError) as err:
+            parse_json_object(raw)
+        assert err.value.code == "invalid_json" and why in err.value.message, (raw[:30], err.value)
+
+
+def test_out_of_descriptors_is_seen_through_the_wrappers() -> None:
+    import errno
+
+    from gateway.upstream import fds_exhausted, translate
+
+    emfile = OSError(errno.EMFILE, "Too many open files")
+    try:
+        try:
+            raise OSError("all attempts to connect to 127.0.0.1:9 failed") from ExceptionGroup(
+                "attempts", [emfile]
+            )
+        except OSError as exc:
+            raise httpx.ConnectError("connect failed") from exc
+    except httpx.ConnectError as wrapped:
+        assert fds_exhausted(wrapped)
+        err = translate(wrapped)
+    assert err.code == "gateway_overloaded" and err.status == 503
+    refused = httpx.ConnectError("refused")
+    refused.__cause__ = ConnectionRefusedError(errno.ECONNREFUSED, "refused")
+    assert translate(refused).code == "upstream_unreachable"
