@@ -389,9 +389,14 @@ def _upstream_main(port: int, root: Path) -> int:
     def ready(urls: list[list[str]]) -> None:
         print(f"upstream ready on {urls[0][0]}", flush=True)
 
+    # a model server, not a client-facing one: the gateway's loop may lag seconds
+    # between a request's head and body at 10,000 streams on 2 busy cores
     trio.run(
         lambda: run_until_signalled(
-            [(app, f"127.0.0.1:{port}", None)], drain_timeout=3.0, on_ready=ready
+            [(app, f"127.0.0.1:{port}", None)],
+            drain_timeout=3.0,
+            on_ready=ready,
+            header_timeout=60.0,
         )
     )
     return 0
