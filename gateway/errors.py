@@ -174,6 +174,10 @@ class Overloaded(GatewayError):
     code = "gateway_overloaded"
     status = 503
 
+    @property
+    def retry_after(self) -> int | None:
+        return 1
+
 
 class RunLogFull(GatewayError):
     """A run produced more events than ``limits.run_log_max_events``: it was stopped."""

@@ -9,8 +9,8 @@ Drain, in order (``D`` = ``server.drain_timeout_seconds``, ``G`` = :func:`drain_
    connections and gives in-flight requests until ``G`` to finish.
 3. hypercorn *shields* its socket writes, so a client that stopped reading (full
    socket buffers) would keep its connection task alive forever and ``serve()`` would
-   never return. Every write is therefore bounded here (:class:`WriteBounds`, installed
-   into hypercorn's trio TCP server): by ``server.write_timeout_seconds`` in normal
+   never return. Every write is therefore bounded here (:class:`WriteBounds`, used by
+   :class:`gateway.connections.GatewayTCPServer`): by ``server.write_timeout_seconds`` in normal
    operation, and by the drain deadline ``G`` once draining. A write that misses its
    bound closes that connection. So at ``G`` every connection is gone, ``serve()``
    returns, ``after_serving`` closes the store, and the process exits 0 normally.
@@ -18,6 +18,9 @@ Drain, in order (``D`` = ``server.drain_timeout_seconds``, ``G`` = :func:`drain_
    ``os._exit(0)`` at ``D``. The instance lock (an ``flock``) dies with the process.
 
 A second signal during the drain exits at once (status 0).
+
+Connection-level robustness (containment of per-connection failures, header timeout,
+connection limit, clean closes after refusals) lives in :mod:`gateway.connections`.
 """
 
 from __future__ import annotations
@@ -25,21 +28,20 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
-import math
 import os
 import signal
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
 import trio
 from hypercorn.config import Config as HyperConfig
-from hypercorn.events import Closed, Event, RawData
 from hypercorn.trio import serve
-from hypercorn.trio.tcp_server import TCPServer
 
+from gateway import connections
+from gateway.connections import ConnectionPolicy, WriteBounds
 from gateway.logs import app_tag, tagged
 
 log = logging.getLogger("gateway.server")
@@ -47,97 +49,17 @@ log = logging.getLogger("gateway.server")
 #: pause between setting ``draining`` and stopping hypercorn: lets every relay write
 #: its terminal event on a still-open connection (measured: ~80 ms for 50 streams)
 TERMINAL_WRITE_PAUSE = 0.05
-_BOUNDS_ATTR = "gateway_write_bounds"
+#: defaults of ``server.header_timeout_seconds``, ``server.max_connections``,
+#: ``server.listen_backlog``
+HEADER_TIMEOUT = 10.0
+MAX_CONNECTIONS = 16384
+LISTEN_BACKLOG = 4096
 
 
 def drain_grace(drain_timeout: float) -> float:
     """How long in-flight requests get after a signal: ``D`` minus a margin (≤ 1 s)
     that leaves room for a clean shutdown before the hard backstop at ``D``."""
     return drain_timeout - min(1.0, drain_timeout / 4)
-
-
-class WriteBounds:
-    """Deadlines for socket writes, shared by the servers of one process."""
-
-    def __init__(self, write_timeout: float | None = None) -> None:
-        self.write_timeout = write_timeout
-        self.drain_deadline = math.inf
-        self.aborted = 0
-        self._active: set[trio.CancelScope] = set()
-
-    @contextlib.contextmanager
-    def scope(self) -> Iterator[trio.CancelScope]:
-        """A cancel scope for one write (enter it *inside* hypercorn's shield)."""
-        deadline = self.drain_deadline
-        if self.write_timeout is not None:
-            deadline = min(deadline, trio.current_time() + self.write_timeout)
-        cs = trio.CancelScope(deadline=deadline)
-        self._active.add(cs)
-        try:
-            with cs:
-                yield cs
-        finally:
-            self._active.discard(cs)
-
-    def begin_drain(self, deadline: float) -> None:
-        """No write may outlast ``deadline`` (trio time), including those under way."""
-        self.drain_deadline = min(self.drain_deadline, deadline)
-        for cs in self._active:
-            cs.deadline = min(cs.deadline, deadline)
-
-    @property
-    def blocked(self) -> int:
-        """Writes under way right now."""
-        return len(self._active)
-
-
-class BoundedWriteTCPServer(TCPServer):
-    """hypercorn's trio connection handler with bounded writes (see module docstring).
-
-    Only connections of a server whose hypercorn config carries a :class:`WriteBounds`
-    behave differently; any other server keeps hypercorn's own behaviour.
-    """
-
-    async def protocol_send(self, event: Event) -> None:
-        bounds: WriteBounds | None = getattr(self.config, _BOUNDS_ATTR, None)
-        if bounds is None or not isinstance(event, RawData):
-            await super().protocol_send(event)
-            return
-        timed_out = False
-        async with self.send_lock:
-            try:
-                with trio.CancelScope(shield=True):
-                    # the inner deadline still fires under the outer shield
-                    with bounds.scope() as cs:
-                        await self.stream.send_all(event.data)
-                    timed_out = cs.cancelled_caught
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                await self.protocol.handle(Closed())
-                return
-            if timed_out:
-                # a half-written stream is unusable: close it without a TLS goodbye;
-                # a later write on the same connection times out too: count it once
-                if not getattr(self, "_gateway_aborted", False):
-                    self._gateway_aborted = True
-                    bounds.aborted += 1
-                    log.warning("closing a connection whose client stopped reading")
-                await trio.aclose_forcefully(self.stream)
-        if timed_out:
-            await self.protocol.handle(Closed())
-
-
-def _install_bounded_writes() -> bool:
-    """Make hypercorn's trio worker build :class:`BoundedWriteTCPServer` connections."""
-    import hypercorn.trio.run as hyper_run
-
-    current = getattr(hyper_run, "TCPServer", None)
-    if current is BoundedWriteTCPServer:
-        return True
-    if current is not TCPServer:  # pragma: no cover - a hypercorn we do not know
-        log.warning("hypercorn internals changed: writes are not bounded (drain backstop only)")
-        return False
-    hyper_run.TCPServer = BoundedWriteTCPServer  # type: ignore[attr-defined]
-    return True
 
 
 def find_bind_error(exc: BaseException) -> OSError | None:
@@ -157,9 +79,14 @@ def find_bind_error(exc: BaseException) -> OSError | None:
     return None
 
 
-def hypercorn_config(bind: str, *, graceful_timeout: float = 3.0) -> HyperConfig:
+def hypercorn_config(
+    bind: str, *, graceful_timeout: float = 3.0, listen_backlog: int = LISTEN_BACKLOG
+) -> HyperConfig:
     cfg = HyperConfig()
     cfg.bind = [bind]
+    # hypercorn's 100 dropped SYNs under 1,000 simultaneous connects; the kernel caps
+    # it further (net.core.somaxconn, kern.ipc.somaxconn)
+    cfg.backlog = listen_backlog
     # Open WebUI's pooled aiohttp session keeps connections longer than hypercorn's 5 s
     cfg.keep_alive_timeout = 75.0
     cfg.graceful_timeout = graceful_timeout
@@ -176,15 +103,29 @@ async def serve_app(
     shutdown_trigger: Callable[[], Awaitable[None]],
     graceful_timeout: float = 3.0,
     write_bounds: WriteBounds | None = None,
+    header_timeout: float = HEADER_TIMEOUT,
+    max_connections: int = MAX_CONNECTIONS,
+    listen_backlog: int = LISTEN_BACKLOG,
+    policy: ConnectionPolicy | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` until ``shutdown_trigger`` returns; report the bound URLs.
 
-    With ``write_bounds``, every socket write of this server is bounded by it.
+    Every connection is handled by :class:`gateway.connections.GatewayTCPServer`:
+    failures stay in their connection, a request head must arrive within
+    ``header_timeout`` seconds, at most ``max_connections`` are open (more get 503), and
+    with ``write_bounds`` every socket write is bounded by it. A ready ``policy`` (its
+    counters say what the limits did) replaces those three arguments.
     """
-    cfg = hypercorn_config(bind, graceful_timeout=graceful_timeout)
-    if write_bounds is not None and _install_bounded_writes():
-        setattr(cfg, _BOUNDS_ATTR, write_bounds)
+    cfg = hypercorn_config(bind, graceful_timeout=graceful_timeout, listen_backlog=listen_backlog)
+    if connections.install():
+        if policy is None:
+            policy = ConnectionPolicy(
+                header_timeout=header_timeout,
+                max_connections=max_connections,
+                write_bounds=write_bounds,
+            )
+        setattr(cfg, connections.POLICY_ATTR, policy)
     with tagged(app_tag(app)):  # every task of this server logs under the app's name
         await serve(app, cfg, shutdown_trigger=shutdown_trigger, task_status=task_status)
 
@@ -245,13 +186,21 @@ async def run_until_signalled(
     drain_timeout: float,
     on_ready: Callable[[list[list[str]]], None] | None = None,
     write_timeout: float | None = None,
+    header_timeout: float = HEADER_TIMEOUT,
+    max_connections: int = MAX_CONNECTIONS,
+    listen_backlog: int = LISTEN_BACKLOG,
 ) -> None:
     """Serve several apps in one trio run until SIGTERM/SIGINT, then drain.
 
     ``apps`` holds (app, bind, draining event or None). ``on_ready`` gets the bound
     URLs of each app once all listen. ``write_timeout`` bounds every socket write in
-    normal operation (None: only while draining). See the module docstring.
+    normal operation (None: only while draining). ``header_timeout``,
+    ``max_connections`` and ``listen_backlog`` apply to each server (see
+    :func:`serve_app`). The soft file-descriptor limit is raised to the hard limit
+    first (logged, with a warning if it cannot hold ``max_connections`` streams). See
+    the module docstring.
     """
+    connections.log_fd_limit(connections.raise_fd_limit(), max_connections)
     grace = drain_grace(drain_timeout)
     bounds = WriteBounds(write_timeout)
     stop = trio.Event()
@@ -296,6 +245,9 @@ async def run_until_signalled(
                                 shutdown_trigger=stop.wait,
                                 graceful_timeout=max(grace - TERMINAL_WRITE_PAUSE, 0.05),
                                 write_bounds=bounds,
+                                header_timeout=header_timeout,
+                                max_connections=max_connections,
+                                listen_backlog=listen_backlog,
                             )
                         )
                     )

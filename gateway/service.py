@@ -6,7 +6,8 @@ Render
 of one role (``api`` = ``gateway run``, ``proxy`` = ``gateway proxy``): the absolute
 ``gateway`` executable, ``--config`` with an absolute path (also exported as
 ``GATEWAY_CONFIG``), restart on exit, a stop timeout above the drain timeout (so the
-supervisor's SIGKILL never cuts a drain short), and never ``--replace``
+supervisor's SIGKILL never cuts a drain short), an open-file limit for many concurrent
+streams (:data:`NOFILE_LIMIT`), and never ``--replace``
 (:data:`gateway.lock.REPLACE_LOOP` says why).
 
 Doctor
@@ -63,6 +64,11 @@ THROTTLE_INTERVAL = 10
 RESTART_SEC = 2
 #: margin above the drain timeout before the supervisor sends SIGKILL
 STOP_MARGIN = 5
+#: open-file limit of the service: a relayed stream holds two descriptors (client and
+#: upstream connection), so server.max_connections = 16384 needs ~33,000; the gateway
+#: also raises its soft limit to the hard one at start (macOS caps both at
+#: kern.maxfilesperproc)
+NOFILE_LIMIT = 65536
 
 
 def default_label(role: str) -> str:
@@ -145,6 +151,7 @@ def launchd_dict(spec: ServiceSpec) -> dict[str, Any]:
         "KeepAlive": True,
         "ThrottleInterval": THROTTLE_INTERVAL,
         "ExitTimeOut": stop_timeout(spec.drain_timeout),
+        "SoftResourceLimits": {"NumberOfFiles": NOFILE_LIMIT},
         "StandardOutPath": log,
         "StandardErrorPath": log,
     }
@@ -199,6 +206,8 @@ def render_systemd(spec: ServiceSpec) -> str:
         "KillSignal=SIGTERM",
         f"# drain_timeout_seconds = {spec.drain_timeout:g}: stop must wait longer than the drain",
         f"TimeoutStopSec={timeout}",
+        "# two file descriptors per relayed stream (client + upstream); see docs/operations.md",
+        f"LimitNOFILE={NOFILE_LIMIT}",
         f"SyslogIdentifier=artifact-gateway-{spec.role}",
         "",
         "[Install]",

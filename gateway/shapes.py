@@ -117,7 +117,7 @@ def json_depth(text: str | bytes) -> int:
     return deepest
 
 
-def loads_bounded(text: str | bytes, max_depth: int) -> Any:
+def loads_bounded(text: str | bytes, max_depth: int, **json_options: Any) -> Any:
     """``json.loads`` refusing nesting deeper than ``max_depth`` (:class:`JSONTooDeep`).
 
     The exact depth is only computed when the text holds more brackets than the bound
@@ -130,6 +130,6 @@ def loads_bounded(text: str | bytes, max_depth: int) -> Any:
     if brackets > max_depth and json_depth(text) > max_depth:
         raise JSONTooDeep(f"JSON nested deeper than {max_depth} levels")
     try:
-        return json.loads(text)
+        return json.loads(text, **json_options)
     except RecursionError:  # pragma: no cover - guarded by the depth check above
         raise JSONTooDeep(f"JSON nested deeper than {max_depth} levels") from None

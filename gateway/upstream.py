@@ -64,14 +64,24 @@ MODEL_FIELDS = ("id", "object", "created", "owned_by", "root", "parent", "max_mo
 Scrub = Callable[[str], str]
 
 
-def _overloaded(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            return False
-        if isinstance(seen, OSError) and seen.errno in (errno.EMFILE, errno.ENFILE):
+def fds_exhausted(exc: BaseException) -> bool:
+    """Is ``exc``, or anything it was raised from or groups, EMFILE/ENFILE?
+
+    httpx wraps the OSError in ``ConnectError``; trio's ``open_tcp_stream`` wraps the
+    failed attempts in an ``OSError`` raised from an exception group.
+    """
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in (errno.EMFILE, errno.ENFILE):
             return True
-        seen = seen.__cause__ or seen.__context__
+        if isinstance(e, BaseExceptionGroup):
+            todo.extend(e.exceptions)
+        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
     return False
 
 
@@ -79,10 +89,11 @@ def translate(exc: BaseException) -> GatewayError:
     """Map an httpx (or OS) exception to a :class:`GatewayError`."""
     if isinstance(exc, GatewayError):
         return exc
-    if _overloaded(exc):
+    if fds_exhausted(exc):
         return Overloaded(
-            "The gateway has run out of file descriptors; retry in a moment "
-            "(operators: raise the open-file limit or lower server.max_connections)."
+            "The gateway has too many open connections (out of file descriptors) to reach "
+            "the upstream model server; retry shortly. Operators: raise LimitNOFILE / "
+            "NumberOfFiles or lower server.max_connections."
         )
     if isinstance(exc, httpx.ConnectTimeout):
         return UpstreamError(

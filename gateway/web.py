@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
@@ -44,6 +45,7 @@ __all__ = [
     "error_response",
     "install_common",
     "json_body",
+    "parse_json_object",
     "json_response",
     "sse_response",
 ]
@@ -184,24 +186,44 @@ def bearer_token(headers: Any) -> str | None:
     return token
 
 
+def _invalid_json(message: str) -> RequestError:
+    return RequestError(message, code="invalid_json")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _invalid_json(f"The request body holds a number too large for JSON ({text[:20]}).")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise _invalid_json(f"The request body holds {name}, which is not JSON.")
+
+
 def parse_json_bytes(raw: bytes, max_depth: int) -> Any:
-    """Decode a JSON request body, refusing what would hurt later: too deep, lone surrogates."""
+    """Decode a JSON request body, refusing what would hurt later, each with a sentence
+    saying what was wrong: not UTF-8, not JSON, nested deeper than ``max_depth``, a lone
+    surrogate escape (``"\\ud800"``: not Unicode, cannot be sent on), ``NaN`` /
+    ``Infinity`` or a number beyond a double (cannot be sent on either)."""
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError:
-        raise RequestError("The request body is not valid UTF-8.", code="invalid_json") from None
+        raise _invalid_json("The request body is not valid UTF-8.") from None
     try:
-        value = loads_bounded(text, max_depth)
+        value = loads_bounded(
+            text, max_depth, parse_float=_finite_float, parse_constant=_no_constant
+        )
     except JSONTooDeep:
-        raise RequestError(
-            f"The request body nests JSON deeper than {max_depth} levels.", code="invalid_json"
+        raise _invalid_json(
+            f"The request body nests JSON deeper than {max_depth} levels."
         ) from None
-    except ValueError:
-        raise RequestError("The request body is not valid JSON.", code="invalid_json") from None
+    except ValueError:  # JSONDecodeError, and ints beyond Python's digit limit
+        raise _invalid_json("The request body is not valid JSON.") from None
     if "\\u" in text and _has_lone_surrogate(value):
-        raise RequestError(
-            "The request body contains an unpaired UTF-16 surrogate escape (\\ud800-\\udfff).",
-            code="invalid_json",
+        raise _invalid_json(
+            "The request body holds a lone UTF-16 surrogate escape (such as \\ud800), "
+            "which is not Unicode text."
         )
     return value
 
@@ -226,15 +248,18 @@ def _has_lone_surrogate(value: Any) -> bool:
     return False
 
 
+def parse_json_object(raw: bytes, *, max_depth: int = 64) -> dict[str, Any]:
+    """A request body that must be a JSON object (400 ``invalid_json`` otherwise)."""
+    body = parse_json_bytes(raw, max_depth) if raw else None
+    if not isinstance(body, dict):
+        raise _invalid_json("The request body must be a JSON object.")
+    return body
+
+
 async def json_body(max_depth: int = 64) -> dict[str, Any]:
     """The request's JSON object body (400 ``invalid_json`` otherwise)."""
-    raw = cast(bytes, await request.get_data(as_text=False))
-    if not raw:
-        raise RequestError("The request body must be a JSON object.", code="invalid_json")
-    body = parse_json_bytes(raw, max_depth)
-    if not isinstance(body, dict):
-        raise RequestError("The request body must be a JSON object.", code="invalid_json")
-    return body
+    raw = await request.get_data(cache=True, as_text=False, parse_form_data=False)
+    return parse_json_object(cast(bytes, raw), max_depth=max_depth)
 
 
 def install_common(app: QuartTrio, max_body_bytes: int, what: str) -> None:

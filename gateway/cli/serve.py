@@ -148,6 +148,10 @@ def _serve_apps(cfg: Any, what: str, apps: list[tuple[Any, str, trio.Event | Non
                 drain_timeout=cfg.server.drain_timeout_seconds,
                 on_ready=ready,
                 write_timeout=cfg.server.write_timeout_seconds,
+                # these keys are being added to the config; until then, the defaults
+                header_timeout=cfg.server.header_timeout_seconds,
+                max_connections=cfg.server.max_connections,
+                listen_backlog=cfg.server.listen_backlog,
             )
         )
     except BaseException as exc:

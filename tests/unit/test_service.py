@@ -104,6 +104,9 @@ def test_launchd_plist_fields() -> None:
     assert plist["StandardOutPath"] == str(LOGS / "api.log")
     assert plist["StandardErrorPath"] == str(LOGS / "api.log")
     assert plist["WorkingDirectory"] == str(CONFIG.parent)
+    # two descriptors per relayed stream: room for server.max_connections (16384)
+    assert plist["SoftResourceLimits"]["NumberOfFiles"] >= 2 * 16384
+    assert "HardResourceLimits" not in plist  # launchd's own (unlimited) stays
 
 
 def test_launchd_proxy_role_and_fractional_drain() -> None:
@@ -125,6 +128,7 @@ def test_systemd_unit_fields() -> None:
     assert int(one(svc, "RestartSec")) >= 1
     assert int(one(svc, "TimeoutStopSec")) > 10.0
     assert one(svc, "KillMode") == "mixed"
+    assert int(one(svc, "LimitNOFILE")) >= 2 * 16384
     envs = [v for k, v in svc if k == "Environment"]
     assert f"GATEWAY_CONFIG={CONFIG}" in envs
     assert one(sections["Install"], "WantedBy") == "default.target"

@@ -1,0 +1,872 @@
+"""Connection-level robustness for hypercorn's trio worker (HTTP/1.1 over plain TCP).
+
+hypercorn 0.18 runs one task per connection (the *reader*) plus one task per request
+(the *app task*). What went wrong, measured here, and what this module does about it:
+
+* **A failure in one connection ended the server.** ``trio.serve_listeners`` runs
+  every connection handler in the server's nursery and hypercorn's handler only
+  catches ``OSError``: anything else ended the listener and every other connection.
+  :meth:`GatewayTCPServer.run` contains every per-connection failure to its connection
+  (one warning line, rate-limited; the traceback at debug level).
+* **quart-trio cancels hypercorn's bookkeeping.** hypercorn finishes a request (recycle
+  the keep-alive connection, or close it) inside the app's last ``send``; quart-trio
+  cancels the app task as soon as its message reader sees ``http.disconnect``, which
+  hypercorn delivers *during* that bookkeeping. Cancelled half-way: (a) a request
+  answered before its body arrived left the connection wedged forever (neither
+  recycled nor closed); (b) after every keep-alive request the idle timer was never
+  re-armed, so idle connections were held forever; (c) the close ran ``send_eof`` in
+  the cancelled task while the reader was writing hypercorn's own 400 for a bad
+  chunked body: trio's ``BusyResourceError`` escaped and, by the first point, killed
+  the server. :class:`GatewayH11Protocol` runs that bookkeeping shielded,
+  :meth:`GatewayTCPServer._close` waits for a write under way before its EOF (and
+  never cuts that write), and :class:`GatewayTaskGroup` never lets the reader block on
+  an app that has finished. Also: the reader no longer waits forever on pipelined
+  bytes once the connection closes, and a closed connection's socket is released at
+  once (hypercorn kept it in CLOSE-WAIT until the keep-alive timer fired).
+* **Bytes the connection cannot use.** After a request that must be the connection's
+  last (HTTP/1.0, ``Connection: close``), or a broken request body once the answer has
+  started: that answer is finished, the rest of the input ignored, then the connection
+  closes (hypercorn cut the answer short).
+* **A response sent before the request body was read** (401, 404, 413...): if the
+  declared body is small (``Content-Length`` <= :data:`DISCARD_LIMIT`) the rest is read
+  and discarded and the connection stays usable; otherwise the response carries
+  ``Connection: close`` and the connection is closed *cleanly*: FIN first, then what
+  the client still sends is read and dropped for up to :data:`LINGER_SECONDS`, so the
+  client reads the response instead of a reset.
+* **Slow clients.** A request head must be complete within ``header_timeout``
+  seconds of its first byte (of the connection, for the first request; idle
+  keep-alive time is hypercorn's ``keep_alive_timeout``): else ``408`` and close.
+  While a request body is being received, a silence longer than ``header_timeout``
+  closes the connection too (``408`` if no response has started); the app's own
+  ``BODY_TIMEOUT`` bounds the whole body.
+* **Too many connections.** Beyond ``max_connections`` open connections, a new one gets
+  an immediate ``503 gateway_overloaded`` with ``Retry-After: 1`` and is closed
+  (never read; at most :data:`MAX_REFUSING` of them are being answered at a time,
+  beyond that they are closed at once).
+* **HTTP/1.1 only.** The HTTP/2 preface (``PRI * HTTP/2.0``) and any major version but
+  1 get ``505``; ``Upgrade`` (``h2c``, ``websocket``) is ignored: the request is served
+  as plain HTTP/1.1 (RFC 9110 §7.8), without the header.
+
+:func:`install` swaps :class:`GatewayTCPServer` into hypercorn's trio worker once;
+a server whose hypercorn config carries no :class:`ConnectionPolicy` (the demo
+upstream, say) keeps hypercorn's behaviour apart from the containment and the fixes.
+Everything here leans on hypercorn 0.18 internals; :func:`install` refuses a hypercorn
+whose internals it does not recognise (and logs it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import resource
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import h11
+import trio
+from hypercorn.events import Closed, Event, RawData, Updated
+from hypercorn.protocol.events import Body, Data, EndBody, Response, StreamClosed
+from hypercorn.protocol.events import Event as StreamEvent
+from hypercorn.protocol.h11 import STREAM_ID, H11Protocol
+from hypercorn.trio.task_group import TaskGroup, _handle
+from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
+from hypercorn.typing import ConnectionState
+from hypercorn.utils import parse_socket_addr
+
+log = logging.getLogger("gateway.connections")
+
+POLICY_ATTR = "gateway_connection_policy"
+#: a refused request whose declared body is at most this is read and dropped (keep-alive)
+DISCARD_LIMIT = 64 * 1024
+#: after deciding to close: read and drop what the client still sends, this long at most
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 16 * 1024 * 1024
+#: after a read deadline: how long to look for bytes that did arrive in time
+GRACE_READ_SECONDS = 0.05
+#: connections beyond ``max_connections`` answered with a 503 at the same time, at most
+MAX_REFUSING = 256
+#: descriptors a relayed stream holds (client connection + upstream connection)
+FDS_PER_STREAM = 2
+FD_RESERVE = 64
+
+
+# --------------------------------------------------------------------------- policy
+
+
+class WriteBounds:
+    """Deadlines for socket writes, shared by the servers of one process."""
+
+    def __init__(self, write_timeout: float | None = None) -> None:
+        self.write_timeout = write_timeout
+        self.drain_deadline = math.inf
+        self.aborted = 0
+        self._active: set[trio.CancelScope] = set()
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[trio.CancelScope]:
+        """A cancel scope for one write (enter it *inside* hypercorn's shield)."""
+        deadline = self.drain_deadline
+        if self.write_timeout is not None:
+            deadline = min(deadline, trio.current_time() + self.write_timeout)
+        cs = trio.CancelScope(deadline=deadline)
+        self._active.add(cs)
+        try:
+            with cs:
+                yield cs
+        finally:
+            self._active.discard(cs)
+
+    def begin_drain(self, deadline: float) -> None:
+        """No write may outlast ``deadline`` (trio time), including those under way."""
+        self.drain_deadline = min(self.drain_deadline, deadline)
+        for cs in self._active:
+            cs.deadline = min(cs.deadline, deadline)
+
+    @property
+    def blocked(self) -> int:
+        """Writes under way right now."""
+        return len(self._active)
+
+
+class _RateLimited:
+    """At most one log line per ``interval`` seconds; the rest are counted."""
+
+    def __init__(self, interval: float = 10.0) -> None:
+        self.interval = interval
+        self._last = -math.inf
+        self._skipped = 0
+
+    def __call__(self, logger: logging.Logger, level: int, msg: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._last < self.interval:
+            self._skipped += 1
+            return
+        if self._skipped:
+            msg += " (and %d more like it in the last %.0f s)"
+            args = (*args, self._skipped, now - self._last)
+        self._last, self._skipped = now, 0
+        logger.log(level, msg, *args)
+
+
+@dataclass
+class ConnectionPolicy:
+    """The connection-level limits of one server, and what they did (counters)."""
+
+    header_timeout: float = 10.0
+    max_connections: int = 16384
+    write_bounds: WriteBounds | None = None
+    open: int = 0
+    refusing: int = 0
+    refused: int = 0
+    timed_out: int = 0
+    contained: int = 0
+    _warn_refused: _RateLimited = field(default_factory=_RateLimited, repr=False)
+    _warn_failed: _RateLimited = field(default_factory=_RateLimited, repr=False)
+    _warn_timeout: _RateLimited = field(default_factory=_RateLimited, repr=False)
+
+
+_DEFAULT_POLICY = ConnectionPolicy(header_timeout=math.inf, max_connections=2**62)
+
+
+def policy_of(config: Any) -> ConnectionPolicy | None:
+    policy: ConnectionPolicy | None = getattr(config, POLICY_ATTR, None)
+    return policy
+
+
+# --------------------------------------------------------------------------- canned answers
+
+
+class Refused(Exception):
+    """Raised in the reader when a request must be answered by the connection layer."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+_REASONS = {
+    408: "Request Timeout",
+    503: "Service Unavailable",
+    505: "HTTP Version Not Supported",
+}
+
+
+def canned_response(
+    status: int, code: str, message: str, *, retry_after: int | None = None
+) -> bytes:
+    """A complete HTTP/1.1 error response with the gateway's JSON error body, closing."""
+    body = json.dumps({"error": {"message": message, "type": code, "code": code}}).encode()
+    head = [
+        f"HTTP/1.1 {status} {_REASONS.get(status, '')}",
+        "content-type: application/json",
+        f"content-length: {len(body)}",
+        "connection: close",
+    ]
+    if retry_after is not None:
+        head.append(f"retry-after: {retry_after}")
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+OVERLOADED = canned_response(
+    503,
+    "gateway_overloaded",
+    "The server has too many open connections (server.max_connections); retry shortly.",
+    retry_after=1,
+)
+
+
+# --------------------------------------------------------------------------- app tasks
+
+
+class GatewayTaskGroup(TaskGroup):
+    """hypercorn's per-connection task group, with an app queue that cannot wedge.
+
+    Once the app has finished, nothing reads its queue: the receive side is closed, so
+    a reader blocked on a full queue returns at once and later puts are dropped. A
+    disconnect that does not fit in the queue is delivered by a helper task instead of
+    blocking the protocol (which may be running shielded).
+    """
+
+    async def spawn_app(
+        self, app: Any, config: Any, scope: Any, send: Callable[[Any], Awaitable[None]]
+    ) -> Callable[[Any], Awaitable[None]]:
+        nursery = self._nursery
+        assert nursery is not None
+        to_app, from_peer = trio.open_memory_channel[Any](config.max_app_queue_size)
+
+        async def app_send(message: Any) -> None:
+            if message is None:  # the app is done: nobody reads the queue any more
+                from_peer.close()
+            await send(message)
+
+        nursery.start_soon(
+            _handle,
+            app,
+            config,
+            scope,
+            from_peer.receive,
+            app_send,
+            trio.to_thread.run_sync,
+            trio.from_thread.run,
+        )
+
+        async def put_later(message: Any) -> None:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await to_app.send(message)
+
+        async def app_put(message: Any) -> None:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                if message.get("type") == "http.disconnect":
+                    try:
+                        to_app.send_nowait(message)
+                    except trio.WouldBlock:
+                        nursery.start_soon(put_later, message)
+                    return
+                await to_app.send(message)
+
+        return app_put
+
+
+# --------------------------------------------------------------------------- HTTP/1.1
+
+
+class _DiscardBody:
+    """Stands in for the request's stream after the app has answered: drops the rest
+    of a (small) request body, then lets the connection be recycled."""
+
+    def __init__(self, protocol: GatewayH11Protocol) -> None:
+        self.protocol = protocol
+
+    async def handle(self, event: StreamEvent) -> None:
+        if isinstance(event, EndBody):
+            self.protocol.stream = None
+            await self.protocol._maybe_recycle()
+
+
+def _declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    for name, value in headers:
+        if name.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+class GatewayH11Protocol(H11Protocol):
+    """hypercorn's HTTP/1.1 protocol with the fixes of the module docstring."""
+
+    declared_length: int | None = 0
+    #: the connection layer answered by itself: the app's sends go nowhere
+    closing = False
+    #: the connection is being closed: stop parsing what the client sends
+    stop_reading = False
+    #: the current request is the connection's last: drop whatever the client sends
+    ignore_input = False
+
+    async def _check_protocol(self, event: h11.Request) -> None:
+        # HTTP/1.1 only: no HTTP/2 preface, no h2c upgrade (ignored, RFC 9110 §7.8)
+        if not event.http_version.startswith(b"1."):
+            raise Refused(
+                505,
+                "http_version_not_supported",
+                "This server speaks HTTP/1.1 only.",
+            )
+
+    async def _create_stream(self, request: h11.Request) -> None:
+        headers = list(request.headers)
+        self.declared_length = _declared_length(headers)
+        kept = [(name, value) for name, value in headers if name.lower() != b"upgrade"]
+        if len(kept) != len(headers):  # no WebSocket either: served as plain HTTP/1.1
+            request = h11.Request(
+                method=request.method,
+                target=request.target,
+                headers=kept,
+                http_version=request.http_version,
+            )
+        await super()._create_stream(request)
+
+    async def stream_send(self, event: StreamEvent) -> None:
+        if isinstance(event, StreamClosed):
+            # runs in the app's task, which quart-trio cancels on disconnect: recycling
+            # or closing the connection must not stop half-way (see module docstring)
+            with trio.CancelScope(shield=True):
+                await super().stream_send(event)
+            return
+        if isinstance(event, Response) and event.status_code >= 200 and self._close_after():
+            event = Response(
+                stream_id=event.stream_id,
+                headers=[*event.headers, (b"connection", b"close")],
+                status_code=event.status_code,
+            )
+        await super().stream_send(event)
+
+    def _close_after(self) -> bool:
+        """A response is starting: will the connection have to close after it?"""
+        if self.connection.their_state is not h11.SEND_BODY:
+            return False
+        n = self.declared_length
+        return n is None or n > DISCARD_LIMIT
+
+    async def _maybe_recycle(self) -> None:
+        conn = self.connection
+        if (
+            not self.context.terminated.is_set()
+            and conn.our_state is h11.DONE
+            and conn.their_state is h11.SEND_BODY
+        ):
+            # answered before the (small) body arrived: drop the rest, then recycle
+            await self._close_stream()
+            self.stream = _DiscardBody(self)  # type: ignore[assignment]
+            await self.can_read.set()
+            return
+        await super()._maybe_recycle()
+
+    async def _handle_events(self) -> None:
+        # hypercorn's loop, except that a connection being closed stops it (hypercorn's
+        # waits forever on ``can_read`` when pipelined bytes follow a closing response)
+        while True:
+            conn = self.connection
+            if conn.they_are_waiting_for_100_continue:
+                await self._send_h11_event(
+                    h11.InformationalResponse(
+                        status_code=100, headers=self.config.response_headers("h11")
+                    )
+                )
+            before = conn.their_state
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as error:
+                answering = before in (h11.DONE, h11.MUST_CLOSE) or conn.our_state is h11.SEND_BODY
+                if answering and self.stream is not None:
+                    # bytes after a complete request that must be the last one (HTTP/1.0,
+                    # Connection: close), or a broken body while the answer is already
+                    # going out: finish the answer, ignore the rest, then close
+                    self.ignore_input = True
+                    break
+                if conn.our_state in {h11.IDLE, h11.SEND_RESPONSE}:
+                    await self._send_error_response(error.error_status_hint)
+                await self.send(Closed())
+                break
+            if isinstance(event, h11.Request):
+                await self.send(Updated(idle=False))
+                await self._check_protocol(event)
+                await self._create_stream(event)
+            elif event is h11.PAUSED:
+                if self.stop_reading:
+                    break
+                await self.can_read.clear()
+                await self.can_read.wait()
+                if self.stop_reading:
+                    break
+            elif (
+                isinstance(event, h11.ConnectionClosed)
+                or event is h11.NEED_DATA
+                or self.stream is None
+            ):
+                break
+            elif isinstance(event, h11.Data):
+                await self.stream.handle(Body(stream_id=STREAM_ID, data=event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                await self.stream.handle(EndBody(stream_id=STREAM_ID))
+            elif isinstance(event, Data):  # WebSocket pass-through
+                await self.stream.handle(event)
+
+    async def _send_h11_event(self, event: Any) -> None:
+        if self.closing:  # the connection layer already answered and is closing
+            return
+        await super()._send_h11_event(event)
+
+    @property
+    def awaiting_head(self) -> bool:
+        conn = self.connection
+        return bool(conn.our_state is h11.IDLE and conn.their_state is h11.IDLE)
+
+    @property
+    def receiving_body(self) -> bool:
+        return bool(self.connection.their_state is h11.SEND_BODY)
+
+    @property
+    def response_started(self) -> bool:
+        return self.connection.our_state not in (h11.IDLE, h11.SEND_RESPONSE)
+
+
+# --------------------------------------------------------------------------- TCP
+
+
+class GatewayTCPServer(TCPServer):
+    """hypercorn's trio connection handler, contained and bounded (module docstring)."""
+
+    _policy: ConnectionPolicy = _DEFAULT_POLICY
+    _head_started: float | None = None
+    _lingering = False
+    _linger_until = math.inf
+    _linger_bytes = 0
+    _read_scope: trio.CancelScope | None = None
+    _aborted = False
+
+    async def run(self) -> None:
+        policy = policy_of(self.config)
+        self._policy = policy or _DEFAULT_POLICY
+        try:
+            if policy is not None and policy.open >= policy.max_connections:
+                await self._refuse_overloaded(policy)
+                return
+            self._policy.open += 1
+            try:
+                await self._run()
+            finally:
+                self._policy.open -= 1
+        except* Exception as group:
+            self._policy.contained += 1
+            first = group.exceptions[0]
+            self._policy._warn_failed(
+                log,
+                logging.WARNING,
+                "a connection failed and was closed (contained: %s: %s)",
+                type(first).__name__,
+                first,
+            )
+            log.debug("contained connection failure", exc_info=group)
+
+    async def _run(self) -> None:
+        if hasattr(self.stream, "do_handshake"):  # TLS: hypercorn's own handler
+            await super().run()
+            return
+        self._head_started = trio.current_time()
+        try:
+            sock = self.stream.socket
+            client = parse_socket_addr(sock.family, sock.getpeername())
+            server = parse_socket_addr(sock.family, sock.getsockname())
+            async with GatewayTaskGroup() as task_group:
+                self._task_group = task_group
+                self.protocol = GatewayH11Protocol(  # type: ignore[assignment]
+                    self.app,
+                    self.config,
+                    self.context,
+                    task_group,
+                    ConnectionState(self.state),
+                    False,
+                    client,
+                    server,
+                    self.protocol_send,
+                )
+                await self.protocol.initiate()
+                await self.idle_task.restart(self._task_group, self._idle_timeout)
+                try:
+                    await self._read_data()
+                finally:
+                    # the client is gone or the connection closes: hypercorn would keep
+                    # the socket (CLOSE-WAIT) until its keep-alive timer fired
+                    with trio.CancelScope(shield=True):
+                        await self.idle_task.stop()
+        except OSError:
+            pass
+        finally:
+            await self._close(final=True)
+
+    @property
+    def _h11(self) -> GatewayH11Protocol | None:
+        proto = getattr(self, "protocol", None)
+        return proto if isinstance(proto, GatewayH11Protocol) else None
+
+    def _read_deadline(self) -> float:
+        if self._lingering:
+            return self._linger_until
+        proto = self._h11
+        if proto is None:
+            return math.inf
+        timeout = self._policy.header_timeout
+        if proto.awaiting_head:
+            return math.inf if self._head_started is None else self._head_started + timeout
+        if proto.receiving_body:
+            return trio.current_time() + timeout
+        return math.inf
+
+    async def _read_data(self) -> None:
+        proto = self._h11
+        if proto is None:  # TLS: hypercorn's own loop
+            await super()._read_data()
+            return
+        while True:
+            with trio.CancelScope(deadline=self._read_deadline()) as scope:
+                self._read_scope = scope
+                try:
+                    data = await self.stream.receive_some(MAX_RECV)
+                except (trio.ClosedResourceError, trio.BrokenResourceError):
+                    break
+            self._read_scope = None
+            if scope.cancelled_caught and not self._lingering:
+                # trio checks the deadline before it tries the socket: on a loop that
+                # lags (measured: 10,000 streams on 2 busy cores) bytes that arrived in
+                # time were never looked at. Only bytes not there yet are "too slow".
+                with trio.move_on_after(GRACE_READ_SECONDS) as grace:
+                    try:
+                        data = await self.stream.receive_some(MAX_RECV)
+                    except (trio.ClosedResourceError, trio.BrokenResourceError):
+                        break
+                if grace.cancelled_caught:
+                    await self._read_timed_out(proto)
+                    break
+            elif scope.cancelled_caught:
+                break
+            if self._lingering:
+                self._linger_bytes += len(data)
+                if not data or self._linger_bytes > LINGER_BYTES:
+                    break
+                continue
+            if proto.ignore_input and data:
+                continue
+            if data and self._head_started is None and proto.awaiting_head:
+                self._head_started = trio.current_time()
+            try:
+                await proto.handle(RawData(bytes(data)))
+            except Refused as refusal:
+                await self._answer_and_close(
+                    canned_response(refusal.status, refusal.code, refusal.message)
+                )
+                continue
+            if data == b"":
+                break
+        await proto.handle(Closed())
+
+    async def _read_timed_out(self, proto: GatewayH11Protocol) -> None:
+        policy = self._policy
+        policy.timed_out += 1
+        if proto.awaiting_head:
+            what = "a request head"
+        elif proto.receiving_body:
+            what = "a request body"
+        else:  # pragma: no cover - no read deadline in any other state
+            return
+        policy._warn_timeout(
+            log,
+            logging.INFO,
+            "closing a connection that sent %s too slowly (server.header_timeout_seconds = %g)",
+            what,
+            policy.header_timeout,
+        )
+        got_bytes = not proto.awaiting_head or bool(proto.connection.trailing_data[0])
+        if not proto.response_started and got_bytes:
+            message = (
+                f"The request {'head' if proto.awaiting_head else 'body'} did not arrive "
+                f"within {policy.header_timeout:g} s."
+            )
+            await self._write_canned(canned_response(408, "request_timeout", message))
+        proto.closing = True
+
+    async def _write_canned(self, data: bytes) -> None:
+        """Write a complete response the protocol did not produce (bounded: 1 s)."""
+        proto = self._h11
+        if proto is not None:
+            proto.closing = True
+        with trio.move_on_after(1.0):
+            async with self.send_lock:
+                with contextlib.suppress(
+                    trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError
+                ):
+                    await self.stream.send_all(data)
+
+    async def _answer_and_close(self, data: bytes) -> None:
+        proto = self._h11
+        if proto is not None and not proto.response_started:
+            await self._write_canned(data)
+        await self._close()
+
+    async def _refuse_overloaded(self, policy: ConnectionPolicy) -> None:
+        policy.refused += 1
+        policy._warn_refused(
+            log,
+            logging.WARNING,
+            "refusing connections: server.max_connections (%d) are open",
+            policy.max_connections,
+        )
+        if policy.refusing >= MAX_REFUSING:
+            await trio.aclose_forcefully(self.stream)
+            return
+        policy.refusing += 1
+        try:
+            with trio.move_on_after(1.0):
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await self.stream.send_all(OVERLOADED)
+                    await self.stream.send_eof()
+                    with trio.move_on_after(LINGER_SECONDS / 2):
+                        while await self.stream.receive_some(MAX_RECV):
+                            pass
+        except OSError:
+            pass
+        finally:
+            policy.refusing -= 1
+            await trio.aclose_forcefully(self.stream)
+
+    async def protocol_send(self, event: Event) -> None:
+        if isinstance(event, RawData):
+            await self._send_raw(event)
+            return
+        if isinstance(event, Updated):
+            if event.idle:  # recycled: the next head's clock starts with its first byte
+                proto = self._h11
+                trailing = proto is not None and bool(proto.connection.trailing_data[0])
+                self._head_started = trio.current_time() if trailing else None
+            else:
+                self._head_started = None
+        await super().protocol_send(event)
+
+    async def _send_raw(self, event: RawData) -> None:
+        bounds = self._policy.write_bounds
+        timed_out = False
+        async with self.send_lock:
+            try:
+                with trio.CancelScope(shield=True):
+                    if bounds is None:
+                        await self.stream.send_all(event.data)
+                    else:
+                        # the inner deadline still fires under the outer shield
+                        with bounds.scope() as cs:
+                            await self.stream.send_all(event.data)
+                        timed_out = cs.cancelled_caught
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+                await self.protocol.handle(Closed())
+                return
+            if timed_out:
+                assert bounds is not None
+                # a half-written stream is unusable: close it without a goodbye; a later
+                # write on the same connection times out too: count it once
+                if not self._aborted:
+                    self._aborted = True
+                    bounds.aborted += 1
+                    log.warning("closing a connection whose client stopped reading")
+                await trio.aclose_forcefully(self.stream)
+        if timed_out:
+            await self.protocol.handle(Closed())
+
+    async def _close(self, final: bool = False) -> None:
+        """Begin closing: FIN once a write under way has finished, then the reader reads
+        and drops what still arrives for up to :data:`LINGER_SECONDS` (``final``: close
+        now)."""
+        proto = self._h11
+        if proto is None:  # TLS: hypercorn's own close
+            await super()._close()
+            return
+        proto.stop_reading = True
+        await proto.can_read.set()
+        if final or self._lingering:
+            if final:
+                await self.stream.aclose()
+            return
+        if self.send_lock.statistics().owner is trio.lowlevel.current_task():
+            await self.stream.aclose()  # pragma: no cover - not reached from hypercorn's h11
+            return
+        self._lingering = True
+        # the other task may be writing the last response (the app's, or hypercorn's
+        # 400): let it finish, then FIN; EOF during a write raised BusyResourceError
+        with trio.move_on_after(LINGER_SECONDS) as waited:
+            async with self.send_lock:
+                with contextlib.suppress(
+                    trio.BrokenResourceError,
+                    trio.ClosedResourceError,
+                    trio.BusyResourceError,
+                    OSError,
+                ):
+                    await self.stream.send_eof()
+        if waited.cancelled_caught:  # a write that long is stuck: give up on it
+            await self.stream.aclose()
+            return
+        self._linger_until = trio.current_time() + LINGER_SECONDS
+        if self._read_scope is not None:
+            self._read_scope.deadline = min(self._read_scope.deadline, self._linger_until)
+
+
+# --------------------------------------------------------------------------- process level
+
+
+def install() -> bool:
+    """Make hypercorn's trio worker build :class:`GatewayTCPServer` connections."""
+    import hypercorn.trio.run as hyper_run
+
+    current = getattr(hyper_run, "TCPServer", None)
+    if current is GatewayTCPServer:
+        return True
+    problem = _unknown_hypercorn(current)
+    if problem:
+        log.warning(
+            "connection hardening is off (%s): a connection failure can end the server, "
+            "writes are unbounded, no header timeout, no connection limit; the drain "
+            "backstop still applies",
+            problem,
+        )
+        return False
+    hyper_run.TCPServer = GatewayTCPServer  # type: ignore[attr-defined]
+    _quiet_accept_errors()
+    return True
+
+
+#: the hypercorn this module was written against (it overrides private methods)
+HYPERCORN_SERIES = "0.18."
+_HOOKS = {
+    H11Protocol: (
+        "_check_protocol",
+        "_create_stream",
+        "_handle_events",
+        "_maybe_recycle",
+        "_send_h11_event",
+        "_send_error_response",
+        "_close_stream",
+        "stream_send",
+    ),
+    TCPServer: ("run", "_read_data", "_close", "_idle_timeout", "protocol_send"),
+    TaskGroup: ("spawn_app",),
+}
+
+
+def _unknown_hypercorn(current: object) -> str:
+    """Why hypercorn's internals are not the ones overridden here ("" if they are)."""
+    from importlib.metadata import version
+
+    found = version("hypercorn")
+    if not found.startswith(HYPERCORN_SERIES):
+        return f"hypercorn {found}, written for {HYPERCORN_SERIES}x"
+    if current is not TCPServer:
+        return "hypercorn.trio.run.TCPServer was replaced by someone else"
+    for cls, names in _HOOKS.items():
+        missing = [n for n in names if not hasattr(cls, n)]
+        if missing:
+            return f"{cls.__name__} lacks {', '.join(missing)}"
+    return ""
+
+
+class _AcceptErrorFilter(logging.Filter):
+    """trio logs every failed ``accept()`` (EMFILE...) at ERROR with a traceback, ten
+    times a second while it lasts: one warning per 10 s instead, without traceback."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._limit = _RateLimited()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith("accept returned"):
+            return True
+        self._limit(
+            log,
+            logging.WARNING,
+            "%s; out of file descriptors? see docs/operations.md",
+            record.getMessage(),
+        )
+        return False
+
+
+def _quiet_accept_errors() -> None:
+    trio_log = logging.getLogger("trio.serve_listeners")
+    if not any(isinstance(f, _AcceptErrorFilter) for f in trio_log.filters):
+        trio_log.addFilter(_AcceptErrorFilter())
+
+
+@dataclass(frozen=True)
+class FdLimit:
+    before: int
+    soft: int
+    hard: int
+
+    def streams(self) -> int:
+        """Relayed streams that fit (2 descriptors each, a reserve kept)."""
+        return max(0, (self.soft - FD_RESERVE) // FDS_PER_STREAM)
+
+
+def raise_fd_limit() -> FdLimit:
+    """Raise the soft ``RLIMIT_NOFILE`` as far as the hard limit allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    before = soft
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    while target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):  # macOS refuses more than kern.maxfilesperproc
+            target //= 2
+            continue
+        soft = target
+        break
+    return FdLimit(before, soft, hard)
+
+
+def log_fd_limit(limit: FdLimit, max_connections: int) -> None:
+    hard = "unlimited" if limit.hard == resource.RLIM_INFINITY else str(limit.hard)
+    if limit.streams() < max_connections:
+        log.warning(
+            "file descriptors: limit %d (was %d, hard %s) fits about %d relayed streams, "
+            "fewer than server.max_connections (%d); beyond that, clients get 503 "
+            "gateway_overloaded. Raise LimitNOFILE (systemd) / NumberOfFiles (launchd).",
+            limit.soft,
+            limit.before,
+            hard,
+            limit.streams(),
+            max_connections,
+        )
+    else:
+        log.info(
+            "file descriptors: limit %d (was %d, hard %s), room for %d relayed streams",
+            limit.soft,
+            limit.before,
+            hard,
+            limit.streams(),
+        )
+
+
+__all__ = [
+    "DISCARD_LIMIT",
+    "LINGER_SECONDS",
+    "ConnectionPolicy",
+    "FdLimit",
+    "GatewayH11Protocol",
+    "GatewayTCPServer",
+    "GatewayTaskGroup",
+    "WriteBounds",
+    "install",
+    "log_fd_limit",
+    "raise_fd_limit",
+]
