@@ -22,7 +22,7 @@ import re
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from typing import Any, cast
+from typing import Any
 
 import trio
 from quart import Response, request
@@ -45,8 +45,8 @@ __all__ = [
     "error_response",
     "install_common",
     "json_body",
-    "parse_json_object",
     "json_response",
+    "parse_json_object",
     "sse_response",
 ]
 
@@ -259,7 +259,7 @@ def parse_json_object(raw: bytes, *, max_depth: int = 64) -> dict[str, Any]:
 async def json_body(max_depth: int = 64) -> dict[str, Any]:
     """The request's JSON object body (400 ``invalid_json`` otherwise)."""
     raw = await request.get_data(cache=True, as_text=False, parse_form_data=False)
-    return parse_json_object(cast(bytes, raw), max_depth=max_depth)
+    return parse_json_object(raw, max_depth=max_depth)
 
 
 def install_common(app: QuartTrio, max_body_bytes: int, what: str) -> None:
