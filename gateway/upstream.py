@@ -63,6 +63,25 @@ MODEL_FIELDS = ("id", "object", "created", "owned_by", "root", "parent", "max_mo
 
 Scrub = Callable[[str], str]
 
+#: the codes this module gives (an upstream's own 4xx codes are not among them)
+OWN_CODES = frozenset(
+    {
+        "upstream_unreachable",
+        "upstream_timeout",
+        "upstream_disconnected",
+        "upstream_bad_response",
+        "upstream_rate_limited",
+        "upstream_error",
+        "gateway_overloaded",
+    }
+)
+
+
+def metric_code(exc: GatewayError) -> str:
+    """A bounded label for an upstream failure: an upstream's own code (any text it
+    chose) counts as ``upstream_http_4xx``, so a hostile upstream cannot grow /metrics."""
+    return exc.code if exc.code in OWN_CODES else "upstream_http_4xx"
+
 
 def fds_exhausted(exc: BaseException) -> bool:
     """Is ``exc``, or anything it was raised from or groups, EMFILE/ENFILE?
@@ -182,10 +201,12 @@ def _error_from_body(
     )
 
 
-def _no_cookies() -> httpx.Cookies:
-    """A cookie jar that never stores a cookie (the client serves every principal)."""
-    policy = http.cookiejar.DefaultCookiePolicy(allowed_domains=[])
-    return httpx.Cookies(http.cookiejar.CookieJar(policy=policy))
+def _refuse_cookies(client: httpx.AsyncClient) -> httpx.AsyncClient:
+    """Make ``client``'s jar refuse every cookie (the client serves every principal).
+
+    The policy is set on the client's own jar: httpx copies a jar handed to it."""
+    client.cookies.jar.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+    return client
 
 
 def new_client(
@@ -196,14 +217,14 @@ def new_client(
     base_url: str = "",
 ) -> httpx.AsyncClient:
     """An httpx client as the gateway uses them: no read timeout, no cookies."""
-    return httpx.AsyncClient(
+    client = httpx.AsyncClient(
         base_url=base_url,
         timeout=httpx.Timeout(connect_timeout, read=None),
         headers=headers,
         transport=transport,
-        cookies=_no_cookies(),
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=100),
     )
+    return _refuse_cookies(client)
 
 
 class Models:
