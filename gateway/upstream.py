@@ -10,6 +10,7 @@ Every httpx error is translated here into :class:`gateway.errors.UpstreamError` 
     upstream_bad_response  an answer that is not what was asked for: not JSON, not an
                            event stream for a streaming request, a redirect (502)
     upstream_rate_limited  upstream 429 (429; a valid Retry-After passed on as seconds)
+    upstream_auth_failed   upstream 401/403: it refused the gateway's upstream key (502)
     upstream_error         upstream 5xx, or an error reported inside a stream (502)
     <upstream's own code>  upstream 4xx with an OpenAI error body (same status), when the
                            code is a plain identifier, e.g. model_not_found; else
@@ -190,6 +191,14 @@ def _error_from_body(
             f"The upstream model server answered with a redirect (HTTP {status}); "
             "check [upstream] base_url.",
             code="upstream_bad_response",
+            status=502,
+        )
+    if status in (401, 403):
+        # the gateway's own upstream key was refused: not the client's key, so not a 401
+        return UpstreamHTTPError(
+            f"The upstream model server refused the gateway's key (HTTP {status}); "
+            "check [upstream] api_key." + quoted,
+            code="upstream_auth_failed",
             status=502,
         )
     if not _CODE.fullmatch(code) or code.startswith("gateway_"):

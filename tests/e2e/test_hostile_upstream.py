@@ -10,6 +10,7 @@ real socket that accepts and never answers. Each test is one class of hostile an
 * a 200 that is not an event stream (HTML, a JSON completion, a redirect) is a clear
   502, not an empty success;
 * ``Retry-After`` goes out only as validated seconds;
+* an upstream 401/403 (the gateway's upstream key refused) is a 502, not the client's 401;
 * ``/v1/models``: model ids named by their host path are shown by name, on the
   gateway and through the proxy, and mapped back on the way in;
 * an upstream's error message is scrubbed with the configured roots;
@@ -171,6 +172,29 @@ async def test_retry_after_only_as_validated_seconds(nursery: trio.Nursery, tmp_
             assert resp.json()["error"]["code"] == "upstream_rate_limited"
             assert resp.headers.get("retry-after") == want
             assert "x-evil" not in resp.headers
+
+
+async def test_a_refused_upstream_key_is_not_the_clients_401(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """An upstream 401/403 means the gateway's ``upstream.api_key`` is wrong: a client
+    told 401 would think its own key was refused."""
+    body = json.dumps({"error": {"message": "Incorrect API key", "code": "invalid_api_key"}})
+
+    def answer(req: httpx.Request) -> Scripted:
+        status = 401 if len(transport.requests) % 2 else 403
+        return Scripted([body.encode()], status=status, headers={"content-type": "application/json"})
+
+    transport = ScriptedTransport(answer)
+    gw = await start_gateway(nursery, make_config(tmp_path, SCRIPTED_URL), transport=transport)
+    async with gw.client() as c:
+        for _ in range(2):
+            resp = await stream(c)
+            assert resp.status_code == 502, resp.text
+            err = resp.json()["error"]
+            assert err["code"] == "upstream_auth_failed" and "[upstream] api_key" in err["message"]
+        sync = await c.post(CHAT, json={"model": "m", "messages": MESSAGES})
+        assert sync.status_code == 502 and sync.json()["error"]["code"] == "upstream_auth_failed"
 
 
 async def test_models_named_by_their_path(nursery: trio.Nursery, tmp_path: Path) -> None:
