@@ -210,11 +210,11 @@ def test_readme_layout_table_matches_the_tree(clone: Path) -> None:
     named: set[str] = set()
     for row in table.splitlines():
         cell = row.split("|")[1] if row.startswith("|") else ""
-        base = ""
+        base = ""  # a name is relative to the folder of the last full path before it
         for code in _CODE.findall(cell):
             for item in _expand(code):
-                if "/" in item:
-                    base = item.rsplit("/", 1)[0] + "/" if not item.endswith("/") else item
+                if item.startswith(TOP_DIRS):
+                    base = item if item.endswith("/") else item.rsplit("/", 1)[0] + "/"
                     named.add(item)
                 else:
                     named.add(base + item)
