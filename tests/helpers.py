@@ -88,6 +88,6 @@ def paths_for_links(text: str, manifest: dict[str, Any], files: DemoFiles) -> st
     by_name = {p.name: str(p) for p in files.in_root}
     for art in manifest["artifacts"]:
         path = by_name[art["filename"]]
-        text = re.sub(r"\[[^\]\n]*\]\(" + re.escape(art["url"]) + r"\)", lambda m: path, text)
+        text = re.sub(r"\[[^\]\n]*\]\(" + re.escape(art["url"]) + r"\)", lambda _m, p=path: p, text)
         text = text.replace(art["url"], path)
     return text
