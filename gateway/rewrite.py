@@ -70,7 +70,8 @@ def render(match: PathMatch, url: str | None, *, json_text: bool = False) -> str
     name = match.name
     if match.pct_level:
         for _ in range(match.pct_level):
-            name = quote(name, safe="")
+            # a lone surrogate (from a JSON "\\ud800") has no UTF-8: "?" instead of a crash
+            name = quote(name, safe="", errors="replace")
     if url is None or match.context is Context.LINK_TEXT:
         text = name
     elif match.context is Context.QUOTED:
