@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from gateway.errors import GatewayError
-from gateway.events import Event, Meta, Role, Text
+from gateway.events import Event, Extra, Meta, Role, Text
 from gateway.fronts.chat import ChatEncoder
 from gateway.sse import encode_json
 
@@ -46,8 +46,9 @@ class OpenWebUIEncoder(ChatEncoder):
         return self.encode([Role(0, "assistant"), Text(0, "content", "")])
 
     def encode(self, events: list[Event]) -> bytes:
-        # the model is the one Open WebUI asked for, whatever the gateway reports
-        return super().encode([e for e in events if type(e) is not Meta])
+        # the model is the one Open WebUI asked for, whatever the gateway reports; no
+        # operator extra keys either (Open WebUI acts on chunk keys besides choices)
+        return super().encode([e for e in events if type(e) is not Meta and type(e) is not Extra])
 
     def _footer(self, manifest: dict[str, Any]) -> list[Event]:
         if self.mode == "private" and manifest.get("artifacts") and not self.files:
