@@ -1139,46 +1139,54 @@ _TOKENS = re.compile(r"[a-z_]*tokens")
 _TOKEN_DETAILS = re.compile(r"[a-z_]*tokens_details")
 
 
-def _fail(where: str, what: str, value: Any) -> None:
-    raise AssertionError(f"{where}: {what}: {value!r}"[:300])
+def _where(where: Any) -> str:
+    parts: list[str] = []
+    while isinstance(where, tuple):
+        where, key = where
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    return str(where) + "".join(reversed(parts))
 
 
-def text(v: Any, where: str) -> None:
+def _fail(where: Any, what: str, value: Any) -> None:
+    raise AssertionError(f"{_where(where)}: {what}: {value!r}"[:300])
+
+
+def text(v: Any, where: Any) -> None:
     if not isinstance(v, str):
         _fail(where, "not a string", v)
 
 
-def id_str(v: Any, where: str) -> None:
+def id_str(v: Any, where: Any) -> None:
     if not (isinstance(v, str) and _ID.fullmatch(v)):
         _fail(where, "not an id", v)
 
 
-def name_str(v: Any, where: str) -> None:
+def name_str(v: Any, where: Any) -> None:
     if not (isinstance(v, str) and _NAME.fullmatch(v)):
         _fail(where, "not a function name", v)
 
 
-def code_str(v: Any, where: str) -> None:
+def code_str(v: Any, where: Any) -> None:
     if not (isinstance(v, str) and _CODE.fullmatch(v)):
         _fail(where, "not an error code", v)
 
 
-def integer(v: Any, where: str) -> None:
+def integer(v: Any, where: Any) -> None:
     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**53:
         _fail(where, "not a count", v)
 
 
-def small_int(v: Any, where: str) -> None:
+def small_int(v: Any, where: Any) -> None:
     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1024:
         _fail(where, "not a small index", v)
 
 
-def boolean(v: Any, where: str) -> None:
+def boolean(v: Any, where: Any) -> None:
     if not isinstance(v, bool):
         _fail(where, "not a boolean", v)
 
 
-def logprob(v: Any, where: str) -> None:
+def logprob(v: Any, where: Any) -> None:
     if isinstance(v, bool) or not isinstance(v, int | float) or not (math.isfinite(v) and v <= 0):
         _fail(where, "not a log-probability", v)
 
@@ -1186,7 +1194,7 @@ def logprob(v: Any, where: str) -> None:
 def one_of(*words: Any) -> Check:
     allowed = frozenset(words)
 
-    def check(v: Any, where: str) -> None:
+    def check(v: Any, where: Any) -> None:
         if isinstance(v, list | dict) or v not in allowed:
             _fail(where, f"not one of {sorted(map(str, allowed))}", v)
 
@@ -1194,46 +1202,46 @@ def one_of(*words: Any) -> Check:
 
 
 def nullable(inner: Any) -> Check:
-    def check(v: Any, where: str) -> None:
+    def check(v: Any, where: Any) -> None:
         if v is not None:
             conform(v, inner, where)
 
     return check
 
 
-def empty_list(v: Any, where: str) -> None:
+def empty_list(v: Any, where: Any) -> None:
     if v != []:
         _fail(where, "not []", v)
 
 
-def identifier_json(v: Any, where: str, depth: int = 0) -> None:
+def identifier_json(v: Any, where: Any, depth: int = 0) -> None:
     """Any JSON value whose object keys are all plain identifiers (finite numbers)."""
     if isinstance(v, dict):
         for k, x in v.items():
             if not _IDENT.fullmatch(k):
                 _fail(where, "key not an identifier", k)
-            identifier_json(x, f"{where}.{k}", depth + 1)
+            identifier_json(x, (where, k), depth + 1)
     elif isinstance(v, list):
         for i, x in enumerate(v):
-            identifier_json(x, f"{where}[{i}]", depth + 1)
+            identifier_json(x, (where, i), depth + 1)
     elif isinstance(v, float) and not math.isfinite(v):
         _fail(where, "not a finite number", v)
     elif v is not None and not isinstance(v, str | int | float | bool):
         _fail(where, "not JSON", v)
 
 
-def token_counts(v: Any, where: str) -> None:
+def token_counts(v: Any, where: Any) -> None:
     """``usage``: ``*_tokens`` counts and ``*_tokens_details`` objects of them."""
     if not isinstance(v, dict):
         _fail(where, "not an object", v)
     for k, x in v.items():
         if _TOKENS.fullmatch(k):
-            integer(x, f"{where}.{k}")
+            integer(x, (where, k))
         elif _TOKEN_DETAILS.fullmatch(k) and isinstance(x, dict):
             for k2, n in x.items():
                 if not _TOKENS.fullmatch(k2):
                     _fail(where, "not a token count", k2)
-                integer(n, f"{where}.{k}.{k2}")
+                integer(n, ((where, k), k2))
         else:
             _fail(where, "not a token count", k)
 
@@ -1249,35 +1257,40 @@ def obj(required: Iterable[str] = (), /, **fields: Any) -> Obj:
     return Obj(fields, frozenset(required))
 
 
-def conform(value: Any, schema: Any, where: str = "$") -> None:
-    """Check ``value`` against ``schema`` (a check, an :class:`Obj` or ``[item]``)."""
-    if isinstance(schema, Obj):
-        if not isinstance(value, dict):
+def conform(value: Any, schema: Any, where: Any = "$") -> None:
+    """Check ``value`` against ``schema`` (a check, an :class:`Obj` or ``[item]``);
+    ``where`` is built lazily (a nested tuple, spelled out only on failure)."""
+    if schema is text:
+        if type(value) is not str:
+            _fail(where, "not a string", value)
+    elif isinstance(schema, Obj):
+        if type(value) is not dict:
             _fail(where, "not an object", value)
+        fields = schema.fields
         for k, v in value.items():
-            if k not in schema.fields:
+            sub = fields.get(k)
+            if sub is None:
                 _fail(where, "unknown key", k)
-            conform(v, schema.fields[k], f"{where}.{k}")
-        missing = schema.required - value.keys()
-        if missing:
-            _fail(where, "missing keys", sorted(missing))
+            conform(v, sub, (where, k))
+        if not schema.required <= value.keys():
+            _fail(where, "missing keys", sorted(schema.required - value.keys()))
     elif isinstance(schema, list):
-        if not isinstance(value, list):
+        if type(value) is not list:
             _fail(where, "not a list", value)
         for i, v in enumerate(value):
-            conform(v, schema[0], f"{where}[{i}]")
+            conform(v, schema[0], (where, i))
     else:
         schema(value, where)
 
 
-def link_url(v: Any, where: str) -> None:
+def link_url(v: Any, where: Any) -> None:
     """A link of the (stub) resolver; that it was minted is checked with every string
     of the output (:func:`check_links`)."""
     if not (isinstance(v, str) and _URL.fullmatch(v)):
         _fail(where, "not a managed-download link", v)
 
 
-def _artifact_id(v: Any, where: str) -> None:
+def _artifact_id(v: Any, where: Any) -> None:
     if not (isinstance(v, str) and _ARTIFACT_ID.fullmatch(v)):
         _fail(where, "not an artifact id", v)
 
@@ -1347,7 +1360,7 @@ def chat_chunk_schema(extra_keys: tuple[str, ...] = (), finish_words: tuple[str,
     )
 
 
-def named_data(v: Any, where: str) -> None:
+def named_data(v: Any, where: Any) -> None:
     """A relayed unknown event: identifier keys, no key a client acts on, ``choices: []``."""
     if not isinstance(v, dict):
         _fail(where, "not an object", v)
@@ -1367,7 +1380,7 @@ _FC_ID = re.compile(r"fc_[0-9a-f]{24}")
 
 
 def matches(pattern: re.Pattern[str]) -> Check:
-    def check(v: Any, where: str) -> None:
+    def check(v: Any, where: Any) -> None:
         if not (isinstance(v, str) and pattern.fullmatch(v)):
             _fail(where, f"does not match {pattern.pattern}", v)
 
@@ -1402,7 +1415,7 @@ def responses_schemas() -> dict[str, Obj]:
         arguments=text,
     )
 
-    def item(v: Any, where: str) -> None:
+    def item(v: Any, where: Any) -> None:
         conform(
             v, call if isinstance(v, dict) and v.get("type") == "function_call" else message, where
         )
