@@ -5,11 +5,13 @@ Reusable by any test::
 
     from tests import pipegen
 
+    pipegen.build_corpus(2000)  # once, outside any test (a module fixture)
+
     @given(pipegen.bodies())
     def test_x(body):
         trace = pipegen.run_pipeline(body, body.splits)
-        out = pipegen.replay(trace, ChatEncoder())
-        pipegen.check_chat(out, body.secrets, trace.links)
+        out = b"".join(pipegen.replay(trace, ChatEncoder()))
+        pipegen.check_chat(out, trace, body)
 
 Generation (:func:`bodies`)
 ---------------------------
@@ -147,11 +149,6 @@ class StubLinks:
 
 
 # --- small draws --------------------------------------------------------------------
-
-
-@functools.cache
-def _index(n: int) -> st.SearchStrategy[int]:
-    return st.integers(0, n - 1)
 
 
 #: host paths drawn from :func:`tests.pathgen.host_paths` once per session
