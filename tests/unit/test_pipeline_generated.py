@@ -28,6 +28,7 @@ CI runs 8,000 bodies (and 320 through the real relay), ~45 s of CPU; ``-m slow``
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 from unittest import mock
 
@@ -176,9 +177,17 @@ def test_soak_every_front_relays_only_the_allowlist_and_no_path() -> None:
     pipegen.build_corpus(int(os.environ.get("GATEWAY_PIPELINE_SOAK_CORPUS", "20000")))
     examples = int(os.environ.get("GATEWAY_PIPELINE_SOAK_EXAMPLES", "1000000"))
 
+    progress = os.environ.get("GATEWAY_PIPELINE_SOAK_PROGRESS")  # a file: a line per 10^4
+    done = [0]
+    t0 = time.monotonic()
+
     @settings(SLOW, max_examples=examples)
     @given(pipegen.bodies(max_events=16))
     def soak(body: Body) -> None:
         check_body(body)
+        done[0] += 1
+        if progress and done[0] % 10_000 == 0:
+            with open(progress, "a") as fh:
+                fh.write(f"{done[0]} bodies in {time.monotonic() - t0:.0f} s\n")
 
     soak()
