@@ -153,6 +153,7 @@ class Relay(Generic[In, Ev, Out]):
         self._last_data = 0.0
         self._last_tick = 0.0
         self._got_data = False
+        self._terminated = False
         self.outcome: Outcome | None = None
 
     # -- context manager (runs in the consuming task) ------------------------------
@@ -313,8 +314,9 @@ class Relay(Generic[In, Ev, Out]):
 
     async def _terminal(self, outcome: Outcome) -> None:
         """Flush the stage and write the front's terminal output (once, whatever fails)."""
-        if self.outcome is not None:
+        if self._terminated:
             return
+        self._terminated = True
         stage, front = self._stage, self._front
         try:
             events = await stage.finish(failed=outcome != "completed")
