@@ -615,43 +615,10 @@ def create_demo_upstream_app(
         nonlocal counter
         body = await request.get_json(force=True, silent=True)
         app.record(body)
-        if not isinstance(body, dict):
-            return _json_response(
-                _error_body(
-                    "The request body must be a JSON object.",
-                    "invalid_request_error",
-                    "invalid_json",
-                ),
-                400,
-            )
-        model = body.get("model", "demo")
-        if not isinstance(model, str) or model not in MODELS:
-            return _model_not_found(str(model))
-        try:
-            params = _Params.parse(body, request.args, app.chunk_delay)
-        except _BadParameter as exc:
-            return _json_response(
-                _error_body(str(exc), "invalid_request_error", "invalid_demo_parameter"), 400
-            )
-        if model == "demo-error":
-            return _json_response(
-                _error_body(
-                    "The demo upstream failed on purpose (model demo-error).",
-                    "server_error",
-                    "demo_internal_error",
-                ),
-                500,
-            )
-        if model == "demo-429":
-            return _json_response(
-                _error_body(
-                    "Rate limit reached (model demo-429); retry after the given delay.",
-                    "rate_limit_error",
-                    "rate_limit_exceeded",
-                ),
-                429,
-                {"Retry-After": str(params.retry_after)},
-            )
+        checked = _chat_request(body, request.args, app.chunk_delay)
+        if isinstance(checked, Response):
+            return checked
+        model, params = checked
         counter += 1
         chunks = _Chunks(model, f"chatcmpl-demo-{counter}")
         if body.get("stream") is True:
@@ -666,6 +633,50 @@ def create_demo_upstream_app(
         return await _plain_response(app, model, chunks, params, body)
 
     return app
+
+
+def _chat_request(
+    body: Any, args: Mapping[str, str], chunk_delay: float
+) -> tuple[str, _Params] | Response:
+    """The model and the demo parameters of a chat request, or the error answer."""
+    if not isinstance(body, dict):
+        return _json_response(
+            _error_body(
+                "The request body must be a JSON object.",
+                "invalid_request_error",
+                "invalid_json",
+            ),
+            400,
+        )
+    model = body.get("model", "demo")
+    if not isinstance(model, str) or model not in MODELS:
+        return _model_not_found(str(model))
+    try:
+        params = _Params.parse(body, args, chunk_delay)
+    except _BadParameter as exc:
+        return _json_response(
+            _error_body(str(exc), "invalid_request_error", "invalid_demo_parameter"), 400
+        )
+    if model == "demo-error":
+        return _json_response(
+            _error_body(
+                "The demo upstream failed on purpose (model demo-error).",
+                "server_error",
+                "demo_internal_error",
+            ),
+            500,
+        )
+    if model == "demo-429":
+        return _json_response(
+            _error_body(
+                "Rate limit reached (model demo-429); retry after the given delay.",
+                "rate_limit_error",
+                "rate_limit_exceeded",
+            ),
+            429,
+            {"Retry-After": str(params.retry_after)},
+        )
+    return model, params
 
 
 def _model_not_found(model: str) -> Response:

@@ -30,7 +30,9 @@ without a path never awaits.
 from __future__ import annotations
 
 import hashlib
+import math
 import secrets
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -72,6 +74,8 @@ from gateway.sse import SSEEvent
 __all__ = ["CLIENT_KEYS", "ChatPipeline", "LinkResolver", "PipelineSettings", "Scrubber", "Step"]
 
 MAX_CHOICES = 128
+#: the lowest log-probability relayed (-Infinity is not JSON)
+_LOWEST = -sys.float_info.max
 MAX_TOOL_CALLS = 1024
 #: keys that clients act on when they appear in a chunk (Open WebUI runs an ``event`` of
 #: type ``execute`` as JavaScript): never relayed from an unknown event's data
@@ -170,8 +174,10 @@ class Scrubber:
         """A JSON value with every string rewritten; keys must be identifiers."""
         if isinstance(value, str):
             return await self.text(value)
-        if value is None or isinstance(value, bool | int | float):
+        if value is None or isinstance(value, bool | int):
             return value
+        if isinstance(value, float):
+            return value if math.isfinite(value) else None  # NaN/Infinity are not JSON
         if depth >= self.settings.max_json_depth:
             return None
         if isinstance(value, list):
@@ -262,7 +268,12 @@ class ChatPipeline(Scrubber):
     async def _upstream_error(self, obj: Any) -> UpstreamError:
         err = obj.get("error") if isinstance(obj, dict) else obj
         msg = err.get("message") if isinstance(err, dict) else err
-        text = await self.text(str(msg or "upstream error")[:500], name_only=True)
+        if not isinstance(msg, str) or not msg:
+            # not str(): the repr of a list or dict doubles every backslash, one JSON
+            # level more than a path is read at (its folders would go out)
+            msg = "upstream error"
+        # rewritten whole, then cut: a path cut short would keep a folder as its "name"
+        text = (await self.text(msg, name_only=True))[:500]
         return UpstreamError(
             f"The upstream model server reported an error: {text}", code="upstream_error"
         )
@@ -332,7 +343,8 @@ class ChatPipeline(Scrubber):
         reason = choice.get("finish_reason")
         if reason is not None:
             await self._flush_choice(idx, state, events, name_only=False)
-            events.append(Finish(idx, reason if reason in FINISH_REASONS else "stop"))
+            known = isinstance(reason, str) and reason in FINISH_REASONS
+            events.append(Finish(idx, reason if known else "stop"))
 
     @staticmethod
     def _logprob(value: Any) -> float | None:
@@ -344,7 +356,8 @@ class ChatPipeline(Scrubber):
             lp = e.get("logprob") if isinstance(e, dict) else None
             if isinstance(lp, int | float) and not isinstance(lp, bool) and lp <= 0:
                 total += lp
-        return total
+        # -Infinity (or a sum that overflows to it) is not JSON: the lowest float instead
+        return max(total, _LOWEST)
 
     async def _delta(
         self,
@@ -355,14 +368,14 @@ class ChatPipeline(Scrubber):
         events: list[Event],
     ) -> None:
         role = delta.get("role")
-        if role in ROLES:
+        if isinstance(role, str) and role in ROLES:
             events.append(Role(idx, role))
         for channel in TEXT_CHANNELS:
             value = delta.get(channel)
             if isinstance(value, str) and value:
                 text = await self._feed_text(state, channel, value)
                 if channel == "content" and logprob is not None:
-                    state.logprob += logprob
+                    state.logprob = max(state.logprob + logprob, _LOWEST)
                 if text:
                     events.append(Text(idx, channel, text))
                     if channel == "content" and logprob is not None:

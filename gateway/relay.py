@@ -33,6 +33,7 @@ closes the source.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ import trio
 from gateway.errors import Draining, GatewayError, UpstreamError
 
 __all__ = ["CANCELLED", "Front", "Relay", "RelayOptions", "Source", "Stage", "StageStep"]
+
+log = logging.getLogger("gateway.relay")
 
 In = TypeVar("In")
 Ev = TypeVar("Ev")
@@ -150,6 +153,7 @@ class Relay(Generic[In, Ev, Out]):
         self._last_data = 0.0
         self._last_tick = 0.0
         self._got_data = False
+        self._terminated = False
         self.outcome: Outcome | None = None
 
     # -- context manager (runs in the consuming task) ------------------------------
@@ -215,24 +219,31 @@ class Relay(Generic[In, Ev, Out]):
             joined: Out = self._opts.join(parts)
             return joined
 
+    def _limit(self) -> float:
+        """The silence allowed now: before the first item the first-byte bound."""
+        if not self._got_data and self._opts.first_byte_seconds is not None:
+            return self._opts.first_byte_seconds
+        return self._opts.idle_timeout_seconds
+
     async def _wait(self, recv: trio.MemoryReceiveChannel[Out]) -> tuple[Out] | None:
-        """Wait for the next output; on real silence, a keep-alive (or None to loop)."""
+        """Wait for the next output; on real silence, a keep-alive (or None to loop);
+        silence past the bound ends the stream, at its own time (not at the next tick)."""
         keepalive = self._opts.keepalive_seconds
-        with trio.move_on_at(max(self._last_data, self._last_tick) + keepalive):
+        tick = max(self._last_data, self._last_tick) + keepalive
+        timing_out = self._stop is None
+        with trio.move_on_at(min(tick, self._last_data + self._limit()) if timing_out else tick):
             try:
                 return (await recv.receive(),)
             except trio.EndOfChannel:
                 raise StopAsyncIteration from None
         now = trio.current_time()
-        if max(self._last_data, self._last_tick) + keepalive > now:
-            return None  # data arrived meanwhile: keep waiting
-        self._last_tick = now
-        limit = self._opts.idle_timeout_seconds
-        if not self._got_data and self._opts.first_byte_seconds is not None:
-            limit = self._opts.first_byte_seconds
-        if now - self._last_data >= limit:
+        if timing_out and now - self._last_data >= self._limit():
+            self._last_tick = now  # no keep-alive right before the terminal
             self.stop(_timeout())
             return None
+        if max(self._last_data, self._last_tick) + keepalive > now:
+            return None  # data arrived meanwhile (or the bound is not reached): wait on
+        self._last_tick = now
         ping = self._front.keepalive()
         return (ping,) if ping else None
 
@@ -302,13 +313,16 @@ class Relay(Generic[In, Ev, Out]):
                 return
 
     async def _terminal(self, outcome: Outcome) -> None:
-        """Flush the stage and write the front's terminal output (once)."""
-        if self.outcome is not None:
+        """Flush the stage and write the front's terminal output (once, whatever fails)."""
+        if self._terminated:
             return
-        self.outcome = outcome
+        self._terminated = True
         stage, front = self._stage, self._front
-        failed = outcome != "completed"
-        events = await stage.finish(failed=failed)
+        try:
+            events = await stage.finish(failed=outcome != "completed")
+        except GatewayError as exc:  # the final flush failed (a link could not be minted)
+            outcome, events = exc, []
+        self.outcome = outcome
         manifest = stage.manifest()
         if outcome == "completed":
             out = front.end(events, manifest)
@@ -317,10 +331,15 @@ class Relay(Generic[In, Ev, Out]):
         else:
             cancel = getattr(front, "cancel", None)
             out = cancel(events, manifest) if cancel is not None else front.end(events, manifest)
-        if self._opts.on_outcome is not None:
-            await self._opts.on_outcome(outcome)
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            await self._push(out)
+        try:
+            if self._opts.on_outcome is not None:
+                await self._opts.on_outcome(outcome)
+        except GatewayError:
+            # the answer is complete and encoded: the client still gets its end
+            log.exception("a stream's outcome hook failed; its terminal event is sent")
+        finally:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await self._push(out)
 
 
 def _raise_single(eg: BaseExceptionGroup[BaseException]) -> None:

@@ -71,7 +71,8 @@ def render(match: PathMatch, url: str | None, *, json_text: bool = False) -> str
     name = match.name
     if match.pct_level:
         for _ in range(match.pct_level):
-            name = quote(name, safe="")
+            # a lone surrogate (from a JSON "\\ud800") has no UTF-8: "?" instead of a crash
+            name = quote(name, safe="", errors="replace")
     if match.context is Context.CODE:  # the whole span, backticks included
         tick = "``" if "`" in name else "`"
         span = f"{tick}{name}{tick}"

@@ -36,6 +36,8 @@ _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.:-]")
 _EVENT = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+_TOKENS = re.compile(r"[a-z][a-z0-9_]{0,62}_tokens")
+_TOKEN_DETAILS = re.compile(r"[a-z][a-z0-9_]{0,62}_tokens_details")
 _BRACKETS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
 MAX_INT = 2**53
 
@@ -83,17 +85,19 @@ def _count(value: object) -> bool:
 
 
 def check_usage(value: object) -> dict[str, Any] | None:
-    """Token counts: identifier keys with integer values, or one level of such dicts."""
+    """Token counts: ``*_tokens`` integers (``prompt_tokens``, ``total_tokens``...) and
+    ``*_tokens_details`` objects of them (``prompt_tokens_details.cached_tokens``);
+    any other key, and any other value, is dropped."""
     if not isinstance(value, dict):
         return None
     out: dict[str, Any] = {}
     for key, v in value.items():
-        if not identifier(key):
-            continue
-        if _count(v):
+        if not isinstance(key, str):
+            continue  # pragma: no cover - JSON keys are strings
+        if _TOKENS.fullmatch(key) and _count(v):
             out[key] = v
-        elif isinstance(v, dict):
-            inner = {k: n for k, n in v.items() if identifier(k) and _count(n)}
+        elif _TOKEN_DETAILS.fullmatch(key) and isinstance(v, dict):
+            inner = {k: n for k, n in v.items() if _TOKENS.fullmatch(k) and _count(n)}
             if inner:
                 out[key] = inner
     return out or None

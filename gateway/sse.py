@@ -22,7 +22,9 @@ line per event, LF line ends, keep-alives as comments).
 # Size bound: what the decoder holds for the incomplete event is the partial line
 # plus the data buffer plus the event type, counted in decoded characters (never
 # more than the bytes received). Every complete line is checked as if it were still
-# partial, so whether SSEEventTooLarge is raised does not depend on chunk boundaries.
+# partial, so whether SSEEventTooLarge is raised does not depend on chunk boundaries;
+# the events dispatched before it are returned first (the error is raised by the next
+# call), so neither do they.
 
 from __future__ import annotations
 
@@ -71,7 +73,10 @@ class SSEDecoder:
     completed. :meth:`close` ends the stream and discards an unterminated event.
     If the incomplete event grows past ``max_event_bytes`` (decoded characters of
     the partial line, the data buffer and the event type), :class:`SSEEventTooLarge`
-    is raised; the decoder is then unusable and keeps raising it.
+    is raised; the decoder is then unusable and keeps raising it. Events that chunk
+    completed before the bound was crossed are returned first and the error comes
+    with the next call (``feed`` or ``close``), so what is dispatched before the
+    error does not depend on the chunking either.
     """
 
     __slots__ = (
@@ -152,15 +157,17 @@ class SSEDecoder:
                 self._partial = []
                 self._partial_len = 0
             events = self._interpret(lines)
-        if tail:
+        if tail and not self._failed:
             partial = self._partial
             partial.append(tail)
             self._partial_len += len(tail)
             if self._data_len + len(self._event_type) + self._partial_len > self._max:
-                self._raise_too_large()
-            if len(partial) > 16 + (self._partial_len >> 4):
+                self._fail()
+            elif len(partial) > 16 + (self._partial_len >> 4):
                 self._partial = ["".join(partial)]
-        return events
+        if self._failed and not events:
+            self._raise_too_large()
+        return events  # events completed before the bound was crossed: the error is next
 
     def close(self) -> list[SSEEvent]:
         """End the stream. An unterminated event is discarded, so this returns ``[]``."""
@@ -198,7 +205,8 @@ class SSEDecoder:
                     event_type = ""
                     continue
                 if data_len + len(event_type) + len(line) > limit:
-                    self._raise_too_large()
+                    self._fail()
+                    return events
                 if line.startswith("data: "):  # fast path for the common line
                     value = line[6:]
                     data.append(value)
@@ -222,18 +230,23 @@ class SSEDecoder:
                     with contextlib.suppress(ValueError):
                         self._retry = int(value)
         finally:
-            self._data = data
-            self._data_len = data_len
-            self._event_type = event_type
+            if not self._failed:
+                self._data = data
+                self._data_len = data_len
+                self._event_type = event_type
         return events
 
-    def _raise_too_large(self) -> NoReturn:
+    def _fail(self) -> None:
+        """The bound is crossed: drop what is held; every later call raises."""
         self._failed = True
         self._partial = []
         self._partial_len = 0
         self._data = []
         self._data_len = 0
         self._event_type = ""
+
+    def _raise_too_large(self) -> NoReturn:
+        self._fail()
         raise SSEEventTooLarge(
             f"An SSE event exceeded the limit of {self._max} characters before it was complete."
         )

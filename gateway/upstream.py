@@ -165,13 +165,18 @@ def _error_from_body(
         data = json.loads(body)
         err = data.get("error") if isinstance(data, dict) else None
         if isinstance(err, dict):
-            message = str(err.get("message") or "")
+            raw = err.get("message")
+            # a string only: the repr of a list or dict doubles every backslash (one JSON
+            # level more than a path is read at)
+            message = raw if isinstance(raw, str) else ""
             code = str(err.get("code") or err.get("type") or "")
         elif isinstance(err, str):
             message = err
     except (ValueError, RecursionError):
         pass
-    message = scrub(message[:2000])[:500]  # never relay a raw path from an error body
+    # never relay a raw path from an error body; rewritten whole (the body is bounded by
+    # MAX_ERROR_BODY), then cut: a path cut short would keep a folder as its "name"
+    message = scrub(message)[:500]
     quoted = f" ({message})" if message else ""
     if status == 429:
         return UpstreamHTTPError(

@@ -131,7 +131,8 @@ def _add(chunk: _Chunk, ev: Event) -> bool:
         return _add_tool(chunk.choice(ev.choice)["delta"], ev)
     elif type(ev) is Logprobs:
         c = chunk.choice(ev.choice)
-        entry = {"token": ev.text, "logprob": ev.logprob, "bytes": list(ev.text.encode())}
+        raw = ev.text.encode("utf-8", "backslashreplace")  # as the text goes on the wire
+        entry = {"token": ev.text, "logprob": ev.logprob, "bytes": list(raw)}
         entry["top_logprobs"] = []
         c.setdefault("logprobs", {"content": []})["content"].append(entry)
     elif type(ev) is Extra:
@@ -242,7 +243,10 @@ class ChatEncoder:
         """Content deltas of choice 0: one chunk per upstream chunk, from a template."""
         if self._prefix is None:
             head = _JSON.encode(chunk_dict(self.meta, [], {}))[:-3]  # without `[]}`
-            self._prefix = ("data: " + head + '[{"index":0,"delta":{"content":').encode()
+            head = "data: " + head + '[{"index":0,"delta":{"content":'
+            # backslashreplace as in encode_json: a lone surrogate (a model name from a
+            # JSON "\\ud800") becomes its escape text again instead of failing the stream
+            self._prefix = head.encode("utf-8", "backslashreplace")
         parts: list[bytes] = []
         texts: list[str] = []
         for ev in (*events, BOUNDARY):

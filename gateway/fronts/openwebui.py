@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from gateway.errors import GatewayError
-from gateway.events import Attachments, Event, Meta, Role, Text, ToolCall
+from gateway.events import Attachments, Event, Extra, Meta, Role, Text, ToolCall
 from gateway.fronts.chat import ChatEncoder
 from gateway.rewrite import md_escape
 from gateway.sse import encode_json
@@ -67,10 +67,12 @@ class OpenWebUIEncoder(ChatEncoder):
     def encode(self, events: list[Event]) -> bytes:
         kept: list[Event] = []
         for e in events:
-            if type(e) is Attachments:
+            if isinstance(e, Attachments):
                 self.files.extend(e.files)
-            elif type(e) is not Meta and type(e) is not ToolCall:
-                # the model is the one Open WebUI asked for, whatever the gateway reports
+            elif type(e) is not Meta and type(e) is not ToolCall and type(e) is not Extra:
+                # the model is the one Open WebUI asked for, whatever the gateway reports;
+                # no operator extra keys either (Open WebUI acts on chunk keys besides
+                # choices)
                 kept.append(e)
         return super().encode(kept)
 

@@ -7,7 +7,8 @@
 * :class:`RunEventStage` turns run events into neutral events with its own name-only
   rewriter (defence in depth: a gateway bug still cannot leak a path through the
   proxy), takes the manifest from ``run.completed`` (checked field by field) and turns
-  ``run.failed`` / ``run.cancelled`` into the error that ends the stream.
+  ``run.failed`` / ``run.cancelled`` into the error that ends the stream (after the
+  text that came before it).
 """
 
 from __future__ import annotations
@@ -38,6 +39,14 @@ _CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _ARTIFACT_ID = re.compile(r"[A-Za-z0-9_-]{16,64}")
 
 
+def _message(err: dict[str, Any], default: str) -> str:
+    """An error's message when it is a string (the repr of anything else doubles its
+    backslashes: a path in it would be read one JSON level too deep), else ``default``.
+    Callers rewrite it whole and then cut it: a path cut short keeps a folder as name."""
+    message = err.get("message")
+    return message if isinstance(message, str) and message else default
+
+
 def _gateway_down() -> UpstreamError:
     return UpstreamError(
         "The artifact gateway behind this proxy is not answering; check that `gateway run` is up.",
@@ -63,7 +72,7 @@ async def gateway_error(resp: httpx.Response, scrub: Any = rewrite) -> GatewayEr
     raw_code = err.get("code")
     code = raw_code if isinstance(raw_code, str) and _CODE.fullmatch(raw_code) else ""
     code = code or f"gateway_http_{resp.status_code}"
-    message = scrub(str(err.get("message") or "The gateway refused the request.")[:500])
+    message = scrub(_message(err, "The gateway refused the request."))[:500]
     status = resp.status_code if 400 <= resp.status_code < 500 else 502
     return GatewayError(message, code=code, status=status)
 
@@ -182,8 +191,12 @@ class RemoteRunSource:
 
 @dataclass
 class Step:
+    """What run events became; ``error`` when the run failed or was cancelled (the
+    events before it in the same read still go out)."""
+
     events: list[Event]
     done: bool = False
+    error: GatewayError | None = None
 
 
 def _artifact_url(url: str, artifact_id: str) -> bool:
@@ -211,7 +224,8 @@ def _manifest_entry(a: Any, base_url: str, scrub: Any) -> dict[str, Any] | None:
     if not isinstance(size, int) or isinstance(size, bool):
         return None
     mode = a.get("link_mode") if a.get("link_mode") in ("private", "public") else "private"
-    name = scrub(str(a.get("filename") or "file"))[:255]
+    filename = a.get("filename")
+    name = scrub(filename if isinstance(filename, str) and filename else "file")[:255]
     return {"id": artifact_id, "filename": name, "url": url, "link_mode": mode, "bytes": size}
 
 
@@ -264,7 +278,7 @@ class RunEventStage:
                 return Step(events, done=True)
             elif kind in ("run.failed", "run.cancelled"):
                 self._take_manifest(ev.get("gateway"))
-                raise self._error(ev)
+                return Step(events, error=self._error(ev))
         return Step(events)
 
     def _take_manifest(self, value: Any) -> None:
@@ -282,7 +296,7 @@ class RunEventStage:
         err: dict[str, Any] = raw if isinstance(raw, dict) else {}
         raw_code = err.get("code")
         code = raw_code if isinstance(raw_code, str) and _CODE.fullmatch(raw_code) else "run_failed"
-        message = self.scrub(str(err.get("message") or "The run failed.")[:500])
+        message = self.scrub(_message(err, "The run failed."))[:500]
         return GatewayError(message, code=code, status=502)
 
     async def finish(self, *, failed: bool = False) -> list[Event]:

@@ -476,3 +476,8 @@ def test_json_text_channels_keep_markdown_escapes_valid() -> None:
     plain = rewrite(args, lambda p: URL + "x")
     with pytest.raises(json.JSONDecodeError):
         json.loads(plain)
+
+
+def test_a_lone_surrogate_in_a_percent_encoded_name_is_replaced() -> None:
+    out = rewrite("see %2FUsers%2Fzqsecretbb02%2Fre\ud800port.pdf ok")
+    assert out == "see re%3Fport.pdf ok"

@@ -608,3 +608,18 @@ def test_openai_ignores_keepalive_comment_after_an_id() -> None:
         ('{"a":1}', "message", "7"),
         ("[DONE]", "message", "7"),
     ]
+
+
+def test_events_before_an_oversized_one_in_the_same_chunk_are_dispatched() -> None:
+    """What goes out before SSEEventTooLarge does not depend on the chunking: the events
+    a chunk completed come first, the error with the next call."""
+    body = b"data: a\n\ndata: b\n\ndata: " + b"x" * 200
+    for splits in ((), (5,), (10,), tuple(range(1, len(body)))):
+        decoder = SSEDecoder(max_event_bytes=100)
+        events: list[str] = []
+        with pytest.raises(SSEEventTooLarge):
+            cuts = [0, *splits, len(body)]
+            for a, b in itertools.pairwise(cuts):
+                events += [e.data for e in decoder.feed(body[a:b])]
+            decoder.close()
+        assert events == ["a", "b"], splits

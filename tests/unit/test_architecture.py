@@ -1,0 +1,167 @@
+"""The shape of ``gateway/``, checked from its source (``ast``, nothing imported):
+
+- the import graph has no cycle (every ``import``/``from ... import``, absolute or
+  relative, at module level or inside a function, ``TYPE_CHECKING`` blocks included);
+- no function is longer than :data:`MAX_FUNCTION_LINES` lines (``def`` to last line);
+- the sans-IO modules (the SSE codec, the path detector and rewriter, the events, the
+  shapes, the errors, the signatures, the fronts) import no trio/HTTP library, neither
+  directly nor through another gateway module (no "upward" import into the glue).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GATEWAY = ROOT / "gateway"
+MAX_FUNCTION_LINES = 80
+IO_LIBRARIES = frozenset({"trio", "httpx", "quart", "quart_trio", "hypercorn", "anyio"})
+SANS_IO = (
+    "gateway.sse",
+    "gateway.paths",
+    "gateway.rewrite",
+    "gateway.events",
+    "gateway.shapes",
+    "gateway.errors",
+    "gateway.signing",
+    "gateway.fronts",
+    "gateway.fronts.chat",
+    "gateway.fronts.responses",
+    "gateway.fronts.runs",
+    "gateway.fronts.openwebui",
+)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def sources() -> dict[str, tuple[Path, ast.Module]]:
+    return {
+        module_name(p): (p, ast.parse(p.read_text(), str(p))) for p in sorted(GATEWAY.rglob("*.py"))
+    }
+
+
+def _is_package(name: str, mods: dict[str, tuple[Path, ast.Module]]) -> bool:
+    return mods[name][0].name == "__init__.py"
+
+
+def imports(name: str, mods: dict[str, tuple[Path, ast.Module]]) -> Iterator[str]:
+    """Every module ``name`` imports: gateway modules by name, others by top package."""
+    tree = mods[name][1]
+    package = name if _is_package(name, mods) else name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield _known(alias.name, mods)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                yield sub if sub in mods else _known(target, mods)
+
+
+def _known(target: str, mods: dict[str, tuple[Path, ast.Module]]) -> str:
+    """The gateway module ``target`` names (or its nearest package), else its top name."""
+    if not target.startswith("gateway"):
+        return target.split(".")[0]
+    while target not in mods and "." in target:
+        target = target.rpartition(".")[0]
+    return target
+
+
+def graph() -> dict[str, set[str]]:
+    mods = sources()
+    return {name: {i for i in imports(name, mods) if i != name} for name in mods}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+
+    def visit(v: str) -> None:
+        nonlocal counter
+        index[v] = low[v] = counter
+        counter += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in edges:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            scc = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                scc.append(w)
+                if w == v:
+                    break
+            if len(scc) > 1:
+                found.append(sorted(scc))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    edges = graph()
+    assert len(edges) > 50 and "gateway.sse" in edges["gateway.pipeline"]  # the parser works
+    assert not cycles(edges), f"import cycles: {cycles(edges)}"
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def long_functions() -> list[tuple[str, int]]:
+    out = []
+    for name, (_path, tree) in sources().items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                assert node.end_lineno is not None
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    out.append((f"{name}.{node.name} (line {node.lineno})", lines))
+    return out
+
+
+def test_no_function_is_longer_than_80_lines() -> None:
+    assert not long_functions(), f"functions over {MAX_FUNCTION_LINES} lines: {long_functions()}"
+
+
+def test_the_sans_io_modules_import_no_trio_or_http_library() -> None:
+    edges = graph()
+    for name in SANS_IO:
+        assert name in edges, name
+        direct = edges[name] & IO_LIBRARIES
+        assert not direct, f"{name} imports {sorted(direct)}"
+        # nor through another gateway module (no upward import into the glue)
+        seen, todo = {name}, [name]
+        while todo:
+            for dep in edges[todo.pop()]:
+                if dep in edges and dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+        glue = sorted(m for m in seen if edges[m] & IO_LIBRARIES)
+        assert not glue, f"{name} reaches trio/HTTP glue through {glue}"
