@@ -32,7 +32,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -180,6 +180,38 @@ def _hard_exit_after(seconds: float, reason: Callable[[], str]) -> threading.Eve
     return disarm
 
 
+async def _drain_on_signal(
+    signals: AsyncIterator[int],
+    apps: list[tuple[Any, str, trio.Event | None]],
+    bounds: WriteBounds,
+    grace: float,
+    drain_timeout: float,
+    drain_started: list[float],
+    stop: trio.Event,
+) -> None:
+    """On the first signal start the drain (and the hard deadline); on a second, exit."""
+    async for signum in signals:
+        if drain_started:
+            _exit_now("second signal during the drain")
+        t0 = trio.current_time()
+        drain_started.append(t0)
+        log.info(
+            "received %s: draining (in-flight requests get %.1f s, hard exit at %.1f s)",
+            signal.Signals(signum).name,
+            grace,
+            drain_timeout,
+        )
+        notify_systemd("STOPPING=1\nSTATUS=draining")
+        _hard_exit_after(drain_timeout, lambda: f"{bounds.blocked} write(s) still blocked")
+        for _, _, draining in apps:
+            if draining is not None:
+                draining.set()
+        bounds.begin_drain(t0 + grace)
+        # let streams write their terminal events before hypercorn stops
+        await trio.sleep(TERMINAL_WRITE_PAUSE)
+        stop.set()
+
+
 async def run_until_signalled(
     apps: list[tuple[Any, str, trio.Event | None]],
     *,
@@ -207,32 +239,11 @@ async def run_until_signalled(
     drain_started: list[float] = []
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-
-            async def watch_signals() -> None:
-                async for signum in signals:
-                    if drain_started:
-                        _exit_now("second signal during the drain")
-                    t0 = trio.current_time()
-                    drain_started.append(t0)
-                    log.info(
-                        "received %s: draining (in-flight requests get %.1f s, hard exit at %.1f s)",
-                        signal.Signals(signum).name,
-                        grace,
-                        drain_timeout,
-                    )
-                    notify_systemd("STOPPING=1\nSTATUS=draining")
-                    _hard_exit_after(
-                        drain_timeout, lambda: f"{bounds.blocked} write(s) still blocked"
-                    )
-                    for _, _, draining in apps:
-                        if draining is not None:
-                            draining.set()
-                    bounds.begin_drain(t0 + grace)
-                    # let streams write their terminal events before hypercorn stops
-                    await trio.sleep(TERMINAL_WRITE_PAUSE)
-                    stop.set()
-
-            nursery.start_soon(watch_signals)
+            nursery.start_soon(
+                partial(_drain_on_signal, signals, apps, bounds, grace, drain_timeout),
+                drain_started,
+                stop,
+            )
             urls: list[list[str]] = []
             async with trio.open_nursery() as servers:
                 for app, bind, _ in apps:

@@ -6,7 +6,9 @@ The codes are collected from the source (``ast``, no import), from these positio
 - a ``code = "..."`` class attribute of a :class:`gateway.errors.GatewayError`
   subclass, when that class is created somewhere without a ``code=`` argument (its
   default then goes out; a base class always given a code emits nothing of its own);
-- a ``code="..."`` keyword argument, a ``"code": ...`` entry of a dict literal, and
+- a ``code="..."`` keyword argument, a positional argument in the place of a
+  parameter named ``code`` (``canned_response(408, "request_timeout", ...)``,
+  ``Refused(505, "http_version_not_supported", ...)``), a ``"code": ...`` entry of a dict literal, and
   ``code = ...`` / ``code, x = ...`` assignments: every string constant, f-string and
   ``(code, message)`` tuple in the value (also through a local dict of an enclosing
   function, such as ``http_codes``);
@@ -35,9 +37,14 @@ API_DOC = ROOT / "docs" / "api.md"
 _CODE = re.compile(r"[a-z][a-z0-9_]*(?:<[a-z_]+>)?[a-z0-9_]*")
 
 
+#: plays the upstream (its codes are an upstream's, which the gateway relays or maps)
+NOT_THE_GATEWAY = {GATEWAY / "demo_upstream.py"}
+
+
 def modules() -> Iterator[tuple[Path, ast.Module]]:
     for path in sorted(GATEWAY.rglob("*.py")):
-        yield path, ast.parse(path.read_text(), str(path))
+        if path not in NOT_THE_GATEWAY:
+            yield path, ast.parse(path.read_text(), str(path))
 
 
 def _local_strings(scope: ast.AST) -> dict[str, list[ast.expr]]:
@@ -165,9 +172,33 @@ def _scoped(tree: ast.Module) -> Iterator[tuple[ast.AST, tuple[ast.AST, ...]]]:
             stack.append((child, inner))
 
 
+def _code_positions(trees: list[ast.Module]) -> dict[str, int]:
+    """Functions and classes (by name) → the positional index of their ``code`` parameter."""
+    out: dict[str, int] = {}
+    for tree in trees:
+        for node in ast.walk(tree):
+            fn: ast.FunctionDef | ast.AsyncFunctionDef | None = None
+            name = ""
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                fn, name = node, node.name
+            elif isinstance(node, ast.ClassDef):
+                init = [b for b in node.body if getattr(b, "name", "") == "__init__"]
+                if init and isinstance(init[0], ast.FunctionDef):
+                    fn, name = init[0], node.name
+            if fn is None:
+                continue
+            params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+            if params and params[0] == "self":
+                params = params[1:]
+            if "code" in params:
+                out[name] = params.index("code")
+    return out
+
+
 def emitted_codes() -> set[str]:
     trees = [tree for _, tree in modules()]
     classes = _error_classes(trees)
+    positions = _code_positions(trees)
     found: set[str] = set()
     for tree in trees:
         local: dict[int, dict[str, list[ast.expr]]] = {}
@@ -190,7 +221,10 @@ def emitted_codes() -> set[str]:
                     found |= _codes_in(kws["code"], scope, None)
                 fn = node.func
                 name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
-                if name in classes and "code" not in kws:
+                at = positions.get(name)
+                if at is not None and at < len(node.args) and "code" not in kws:
+                    found |= _codes_in(node.args[at], scope, None)
+                elif name in classes and "code" not in kws:
                     found.add(classes[name])  # the class's default goes out
                 continue
             for target in node.targets:

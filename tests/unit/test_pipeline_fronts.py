@@ -28,7 +28,7 @@ import pytest
 import gateway.fronts.responses as responses_front
 from gateway.events import Extra, Finish, Meta, Named, Role, Text, Usage
 from gateway.fronts.chat import ChatEncoder
-from gateway.fronts.openwebui import PRIVATE_NOTE, OpenWebUIEncoder
+from gateway.fronts.openwebui import OpenWebUIEncoder, private_note
 from gateway.fronts.responses import ResponsesEncoder, ResponsesJournalFront, response_sse
 from gateway.fronts.runs import RunEncoder, run_sse
 from gateway.pipeline import ChatPipeline, Scrubber
@@ -262,7 +262,8 @@ def test_every_front_is_the_same_for_every_chunking(
         assert expected["chat_texts"][(choice, channel)] == one_shot(text, json_text=json_text)
     content0 = expected["chat_texts"].get((0, "content"), "")
     assert expected["responses_text"] == expected["runs_output"] == content0
-    note = PRIVATE_NOTE if reference.manifest["artifacts"] else ""  # private mode, links
+    arts = reference.manifest["artifacts"]
+    note = private_note(arts) if arts else ""  # private mode, links
     assert expected["owui_text"] == expected["proxy_text"] == content0 + note
 
     for splits in chunkings(raw, seed=len(name)):
@@ -287,9 +288,9 @@ def test_the_chat_front_keeps_the_upstreams_chunks() -> None:
         # the role chunk; "/works" and "pace/.../rep" are held until "ort.pdf and `"
         # completes the path; the code span waits for its closing backtick; the Windows
         # path is held across two chunks; the finish chunk; usage on a chunk of its own
-        assert deltas == [None, "Saved to ", deltas[2], "plan.md`. Also ", "plot.png.", None]
+        assert deltas == [None, "Saved to ", deltas[2], "`plan.md`. Also ", "plot.png.", None]
         assert deltas[2].startswith("[report.pdf](https://gw.test/v1/artifacts/")
-        assert deltas[2].endswith(") and `")
+        assert deltas[2].endswith(") and ")
         assert view.chunks[0]["choices"][0]["delta"] == {"role": "assistant"}
         assert view.chunks[-1]["choices"] == [] and "usage" in view.chunks[-1]
 

@@ -39,7 +39,7 @@ from hypothesis import HealthCheck, given, settings
 import gateway.fronts.responses as responses_module
 from gateway.events import Meta
 from gateway.fronts.chat import ChatEncoder
-from gateway.fronts.openwebui import PRIVATE_NOTE, OpenWebUIEncoder
+from gateway.fronts.openwebui import OpenWebUIEncoder, private_note
 from gateway.fronts.responses import ResponsesEncoder
 from gateway.fronts.runs import RunEncoder, run_sse
 from gateway.pipeline import Scrubber
@@ -141,7 +141,7 @@ def check_body(body: Body) -> None:
     text = pview.texts.get((0, "content"), "")
     output = rewrite(evs[-1]["output"], extra_roots=pathgen.CONFIG_ROOTS)
     if trace.manifest["artifacts"] and ptrace.terminal == "end":
-        output += PRIVATE_NOTE
+        output += private_note(trace.manifest["artifacts"])
     assert text == output, "the proxy's text is not the rewrite of the run's"
 
 
