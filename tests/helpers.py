@@ -88,6 +88,7 @@ def paths_for_links(text: str, manifest: dict[str, Any], files: DemoFiles) -> st
     by_name = {p.name: str(p) for p in files.in_root}
     for art in manifest["artifacts"]:
         path = by_name[art["filename"]]
-        text = re.sub(r"\[[^\]\n]*\]\(" + re.escape(art["url"]) + r"\)", lambda m: path, text)
+        link = r"\[[^\]\n]*\]\(" + re.escape(art["url"]) + r"\)"
+        text = re.sub(link, lambda _m, path=path: path, text)
         text = text.replace(art["url"], path)
     return text

@@ -559,7 +559,6 @@ async def test_leak_check_is_not_vacuous(nursery: trio.Nursery, tmp_path: Path) 
     body = leak_body()
     transport = ScriptedTransport(lambda req: Scripted(split_every(body, 7)))
 
-
     gw = await start_gateway(
         nursery, scripted_gateway_config(tmp_path), transport=transport, settings=NOTHING_FOUND
     )

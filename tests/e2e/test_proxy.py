@@ -815,7 +815,6 @@ async def test_defence_in_depth_gateway_rewriting_disabled(
     carry the raw paths; the proxy's own name-only rewriter still lets only file names
     through to Open WebUI."""
 
-
     ch = await start_chain(nursery, tmp_path, settings=NOTHING_FOUND)
     owner = "openwebui:" + USER_A
     async with ch.proxy.client(key=None) as c:
@@ -884,7 +883,6 @@ async def test_defence_in_depth_knows_configured_mounts(
     cfg = make_config(tmp_path, "http://127.0.0.1:9/v1", artifacts=artifacts)
     (tmp_path / "artifacts" / "team-secret").mkdir(parents=True)
     (tmp_path / "artifacts" / "team-secret" / "report.pdf").write_bytes(b"%PDF-1.4 tiny")
-
 
     gw = await start_gateway(nursery, cfg, transport=transport, settings=NOTHING_FOUND)
     px = await start_proxy(

@@ -495,7 +495,6 @@ async def test_split_path_check_is_not_vacuous(nursery: trio.Nursery, tmp_path: 
     chunks = per_event(split_body(report, 5))
     transport = ScriptedTransport(lambda req: Scripted(chunks))
 
-
     gw = await start_gateway(
         nursery, make_config(tmp_path, SCRIPTED_URL), transport=transport, settings=NOTHING_FOUND
     )
