@@ -209,15 +209,21 @@ class GatewayProcess:
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM (drain) and wait; SIGKILL if it overstays. The exit status."""
+        if self.alive:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGTERM)
+        return self.wait_exit(timeout)
+
+    def wait_exit(self, timeout: float = 15.0) -> int | None:
+        """Wait for the process to exit (a second SIGTERM would cut its drain short);
+        SIGKILL if it overstays. The exit status."""
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
         return self.proc.returncode
 
     def tail(self, chars: int = 3000) -> str:
@@ -299,4 +305,4 @@ def stop_all(instances: Sequence[GatewayProcess]) -> None:
             assert inst.proc is not None
             inst.proc.send_signal(signal.SIGTERM)
     for inst in instances:
-        inst.stop()
+        inst.wait_exit()
