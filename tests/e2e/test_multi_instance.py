@@ -283,10 +283,11 @@ async def test_links_and_sessions_across_instances(fleet: Fleet) -> None:
         client(b, BOB_KEY) as bob_b,
     ):
         # minted on A, served by B: a public link by its signature alone...
+        files = {p.name: p.read_bytes() for p in fleet.root.rglob("*") if p.is_file()}
         for name, art in public.items():
             got = await anon.get(on(b, art["url"]))
             assert got.status_code == 200, (name, got.text)
-            assert got.content == (fleet.root / "report.pdf").read_bytes() or name != "report.pdf"
+            assert got.content == files[name]
         # ...a private one to its owner only
         link = private["report.pdf"]["url"]
         assert (await alice_b.get(on(b, link))).status_code == 200
@@ -586,7 +587,8 @@ async def test_sigkill_mid_run_resumes_on_b_exactly_once(
         run=took_run,
         response=took_resp,
     )
-    # the last renewal was at most lease / 3 before the kill: the lease expires between
-    # 2/3 lease and a lease after the kill, and the sweep comes within lease / 3
-    assert LEASE * 2 / 3 - 0.2 < took_run < BOUND + 0.5
-    assert LEASE * 2 / 3 - 0.2 < took_resp < BOUND + 0.5
+    # the last renewal was about lease / 3 before the kill at most: the lease expires
+    # between 2/3 lease and a lease after the kill, and a sweep comes within lease / 3
+    # (the lower bound, with room for a slow renewal, shows it was the lease that ended it)
+    assert LEASE / 2 < took_run < BOUND + 0.5
+    assert LEASE / 2 < took_resp < BOUND + 0.5
