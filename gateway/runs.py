@@ -37,7 +37,7 @@ import trio
 
 from gateway.errors import GatewayError, Interrupted, NotFound, RunLogFull
 from gateway.events import Event
-from gateway.fronts.responses import response_sse
+from gateway.fronts.responses import journal_response_sse
 from gateway.fronts.runs import run_sse
 from gateway.pipeline import ChatPipeline
 from gateway.reaper import keep_lease
@@ -135,7 +135,8 @@ class FollowStage:
 
 
 class SSEFollowFront:
-    """Journaled events → SSE with ``encode`` (:func:`run_sse` or :func:`response_sse`)."""
+    """Journaled events → SSE with ``encode`` (:func:`run_sse` or
+    :func:`~gateway.fronts.responses.journal_response_sse`)."""
 
     def __init__(self, encode: Callable[[list[dict[str, Any]]], bytes]) -> None:
         self._encode = encode
@@ -243,7 +244,11 @@ class Runs:
 
     def follow(self, rec: RunRecord, after: int, opts: RelayOptions) -> Relay[Any, Any, bytes]:
         """The relay that streams a run's journal to a client (SSE)."""
-        encode = response_sse if rec.kind == "response" else run_sse
+        encode = (
+            journal_response_sse(rec.id, rec.model, int(rec.created))
+            if rec.kind == "response"
+            else run_sse
+        )
         source = JournalSource(self.store, self.bus, rec, after)
         # the run's own relay bounds the upstream's silence; a follower only waits
         opts = dataclasses.replace(opts, first_byte_seconds=None, idle_timeout_seconds=math.inf)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gateway.errors import GatewayError, RequestError
@@ -31,6 +32,8 @@ __all__ = [
     "ResponsesEncoder",
     "ResponsesJournalFront",
     "chat_messages_from_input",
+    "interrupted_response",
+    "journal_response_sse",
     "new_response_id",
     "response_sse",
     "upstream_responses_body",
@@ -176,6 +179,48 @@ def response_sse(objs: list[dict[str, Any]]) -> bytes:
         )
         for o in objs
     )
+
+
+def interrupted_response(
+    response_id: str, model: str, created_at: int, error: dict[str, Any]
+) -> dict[str, Any]:
+    """The response object of a background response whose instance stopped (its lease
+    expired): status ``failed`` with the interruption ``error`` (an OpenAI status; the
+    journal's ``interrupted`` is the gateway's own word for it)."""
+    env = ResponsesEncoder(response_id, model, created_at=created_at, background=True).envelope(
+        "failed"
+    )
+    env["error"] = dict(error)
+    return env
+
+
+def journal_response_sse(
+    response_id: str, model: str, created_at: int
+) -> Callable[[list[dict[str, Any]]], bytes]:
+    """:func:`response_sse` for a background response's journal. Every event in it is a
+    Responses event, except the one terminal event the store writes itself when the
+    instance running the response stopped: ``{"event": "run.failed", "seq", "error"}``
+    (:meth:`~gateway.store.Store.interrupt_expired_runs`, the same for runs and
+    responses). It goes out as ``response.failed`` with ``sequence_number`` = ``seq -
+    1``, like every journaled Responses event."""
+
+    def encode(objs: list[dict[str, Any]]) -> bytes:
+        out = []
+        for o in objs:
+            if "type" not in o:
+                error = o.get("error")
+                env = interrupted_response(
+                    response_id, model, created_at, error if isinstance(error, dict) else {}
+                )
+                o = {
+                    "type": "response.failed",
+                    "sequence_number": int(o["seq"]) - 1,
+                    "response": env,
+                }
+            out.append(o)
+        return response_sse(out)
+
+    return encode
 
 
 class ResponsesEncoder:

@@ -23,6 +23,7 @@ from gateway.errors import NotFound, RequestError
 from gateway.fronts.responses import (
     ResponsesEncoder,
     ResponsesJournalFront,
+    interrupted_response,
     new_response_id,
     upstream_responses_body,
     validate_responses_body,
@@ -37,7 +38,7 @@ from gateway.routes._common import (
 )
 from gateway.sessions import session_id_from
 from gateway.state import GatewayState, current
-from gateway.store import RunRecord
+from gateway.store import INTERRUPTED_ERROR, RunRecord
 from gateway.web import json_response
 
 bp = Blueprint("responses", __name__)
@@ -190,11 +191,18 @@ async def get_response(response_id: str) -> Response:
     if doc is not None:
         return json_response(doc["response"])
     rec = await _background_run(st, caller.owner, response_id)
+    return json_response(_response_object(rec))
+
+
+def _response_object(rec: RunRecord) -> dict[str, Any]:
+    """A background response's object as it stands (its final one once finished)."""
     final = rec.summary.get("response") if rec.finished else None
     if isinstance(final, dict):
-        return json_response(final)
+        return final
+    if rec.status == "interrupted":  # its instance stopped: the lease watcher ended it
+        return interrupted_response(rec.id, rec.model, int(rec.created), INTERRUPTED_ERROR)
     env = ResponsesEncoder(rec.id, rec.model, created_at=int(rec.created), background=True)
-    return json_response(env.envelope("in_progress" if rec.status == "running" else rec.status))
+    return env.envelope("in_progress" if rec.status == "running" else rec.status)
 
 
 async def _background_run(st: GatewayState, owner: str, response_id: str) -> RunRecord:
@@ -212,11 +220,7 @@ async def cancel_response(response_id: str) -> Response:
     if not rec.finished:
         await st.runs.stop(rec)
         rec = await _background_run(st, caller.owner, response_id)
-    final = rec.summary.get("response")
-    if isinstance(final, dict):
-        return json_response(final)
-    env = ResponsesEncoder(rec.id, rec.model, created_at=int(rec.created), background=True)
-    return json_response(env.envelope(rec.status))
+    return json_response(_response_object(rec))
 
 
 @bp.delete(ROUTE + "/<response_id>")

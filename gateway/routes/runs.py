@@ -37,13 +37,22 @@ async def _model(st: GatewayState, b: dict[str, Any]) -> str:
     return model
 
 
+def _needs_events(rec: RunRecord) -> bool:
+    """Whether the summary is made from the journal: while running, and for a run the
+    lease watcher ended (its instance stopped before it could write a summary)."""
+    return not rec.finished or "output" not in rec.summary
+
+
 def summary(rec: RunRecord, events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """``GET /v1/runs/{id}``: the record, with the output so far (``events``) if running."""
+    """``GET /v1/runs/{id}``: the record, with the output so far (``events``) if running
+    or interrupted by the lease watcher (then also the terminal event's error)."""
     s = dict(rec.summary)
-    if events is not None and not rec.finished:
+    if events is not None and _needs_events(rec):
         s["output"] = "".join(
             e.get("delta", "") for e in events if e.get("event") == "message.delta"
         )
+        if rec.finished and events and s.get("error") is None:
+            s["error"] = events[-1].get("error")
     s["last_seq"] = rec.last_seq
     return {
         "id": rec.id,
@@ -111,7 +120,11 @@ async def get_run(run_id: str) -> Response:
     st = current()
     caller = authenticate()
     rec = await st.runs.get(run_id, caller.owner, kind="run")
-    events = None if rec.finished else await st.runs.read_events(rec.id, 0, st.runs.max_events + 10)
+    events = (
+        await st.runs.read_events(rec.id, 0, st.runs.max_events + 10)
+        if _needs_events(rec)
+        else None
+    )
     return json_response(summary(rec, events))
 
 
@@ -122,7 +135,11 @@ async def stop_run(run_id: str) -> Response:
     rec = await st.runs.get(run_id, caller.owner, kind="run")
     await st.runs.stop(rec)
     rec = await st.runs.get(run_id, caller.owner, kind="run")
-    events = None if rec.finished else await st.runs.read_events(rec.id, 0, st.runs.max_events + 10)
+    events = (
+        await st.runs.read_events(rec.id, 0, st.runs.max_events + 10)
+        if _needs_events(rec)
+        else None
+    )
     return json_response(summary(rec, events))
 
 

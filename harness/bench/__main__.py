@@ -17,6 +17,15 @@ def main(argv: list[str] | None = None) -> int:
     lk.add_argument("--files", type=int, default=2000, help="distinct files to mint links for")
     lk.add_argument("--mb", type=int, default=50, help="size of the downloaded file")
     lk.add_argument("--repeat", type=int, default=3, help="downloads (best is reported)")
+    st = sub.add_parser(
+        "store",
+        help="SQLite ×1 vs PostgreSQL ×1 vs ×2 through gateway processes; the store calls alone",
+    )
+    st.add_argument("--repeat", type=int, default=3, help="runs per figure (median, range)")
+    st.add_argument("--quick", action="store_true", help="half the load, one run each")
+    st.add_argument("--no-calls", action="store_true", help="skip the in-process store calls")
+    st.add_argument("--links", type=int, default=2000, help="store calls: links per pass")
+    st.add_argument("--events", type=int, default=3000, help="store calls: events per pass")
     args = ap.parse_args(argv)
     if args.what == "rewriter":
         from harness.bench.rewriter import bench_rewriter
@@ -26,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
         from harness.bench.relay import main as relay_main
 
         return relay_main(args.repeat, args.quick)
+    if args.what == "store":
+        from harness.bench.store import main as store_main
+
+        return store_main(args.repeat, args.quick, not args.no_calls, args.links, args.events)
     from harness.bench.links import bench_links
 
     return bench_links(args.files, args.mb, args.repeat)

@@ -6,17 +6,19 @@ pre-encoded chunks and HTTP/1.1 written by hand (keep-alive, chunked bodies).
 
 The request's ``model`` picks the stream: ``bench-<kind>-<n>-<mode>`` with
 
-* kind ``plain`` (words, no path start) or ``paths`` (one path per 10 deltas; half
+* kind ``plain`` (words, no path start), ``paths`` (one path per 10 deltas; half
   of them name existing files under ``--root``, which become links, half missing
-  files, which become names);
+  files, which become names) or ``links`` (every delta names another existing file:
+  ``n`` links minted per stream, ``n`` ≤ 1024);
 * ``n`` deltas;
 * mode ``bulk`` (as fast as the socket takes them; one HTTP chunk per event as real
   streaming servers write them, 64 chunks per socket write) or ``paced``
   (one event per write, ``bench_pace_ms`` apart, default 2 ms: each event arrives in
-  its own read at the gateway).
+  its own read at the gateway); ``paced<ms>`` (e.g. ``paced5``) names the pace in the
+  model, for callers that cannot add body fields (a run's body is the gateway's).
 
-``GET /v1/models`` lists one model. Files ``f<i>.txt`` for the link deltas are written
-under ``--root`` at start.
+``GET /v1/models`` lists one model. Files ``f<i>.txt`` for the path deltas and
+``links/l<i>.txt`` for the link deltas are written under ``--root`` at start.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 WORDS = ("the ", "gateway ", "relays ", "every ", "delta ", "as ", "it ", "arrives ", "ok ")
 BULK_GROUP = 64
 LINK_FILES = 64
+MANY_LINKS = 1024
 _HEAD = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
     b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -55,6 +58,8 @@ def deltas(kind: str, n: int, root: Path) -> list[bytes]:
         if kind == "paths" and i % 10 == 5:
             j = (i // 10) % LINK_FILES
             text = f"see {root}/f{j}.txt " if (i // 10) % 2 == 0 else f"see /home/none/m{i}.txt "
+        elif kind == "links":
+            text = f"see {root}/links/l{i % MANY_LINKS}.txt "
         out.append(_chunk({"content": text}))
     out.append(_chunk({}, "stop"))
     out.append(b"data: [DONE]\n\n")
@@ -120,7 +125,9 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ro
             events = cache.get((kind, n))
             if events is None:
                 events = cache[(kind, n)] = deltas(kind, n, root)
-            pace = float(req.get("bench_pace_ms", 2.0)) / 1000 if mode == "paced" else None
+            pace = None
+            if mode.startswith("paced"):
+                pace = float(mode[5:] or req.get("bench_pace_ms", 2.0)) / 1000
             await _stream(writer, events, pace)
             if close:
                 break
@@ -134,6 +141,9 @@ def write_files(root: Path) -> None:
     root.mkdir(parents=True, exist_ok=True)
     for j in range(LINK_FILES):
         (root / f"f{j}.txt").write_bytes(b"bench file %d\n" % j)
+    (root / "links").mkdir(exist_ok=True)
+    for j in range(MANY_LINKS):
+        (root / "links" / f"l{j}.txt").write_bytes(b"link file %d\n" % j)
 
 
 async def _main(port: int, root: Path) -> None:

@@ -8,6 +8,12 @@ counts streams whose body held ``data: [DONE]``; ``ttfb`` is the time from sendi
 request to the first non-empty ``content`` delta. With ``--sequential N`` the streams run one after another (per-request cost). With ``--hold`` every stream is
 opened, read until its first content, then the client prints ``{"held": k}``, keeps the
 connections open for that many seconds, and closes them (memory per open stream).
+
+With ``--runs`` each stream is a background run instead: ``POST /v1/runs`` (``model``,
+``input``), then ``GET /v1/runs/{id}/events`` on ``--follow URL`` (default: the same
+gateway; another instance sharing its database shows the cross-instance path) read to
+EOF. ``completed`` then counts runs that ended ``run.completed``, ``events`` adds up
+the last ``id:`` (the run's journaled events) of every run.
 """
 
 from __future__ import annotations
@@ -21,6 +27,10 @@ from urllib.parse import urlsplit
 
 _CONTENT = re.compile(rb'"content":"[^"]')
 _DONE = b"data: [DONE]"
+_RUN_ID = re.compile(rb'"run_id": ?"(run_[0-9a-f]+)"')
+_LENGTH = re.compile(rb"(?i)\r\ncontent-length: *(\d+)")
+_EVENT_ID = re.compile(rb"(?:^|\n)id: (\d+)\n")
+_RUN_COMPLETED = b'"event":"run.completed"'
 
 
 def _request(host: str, port: int, path: str, key: str, body: bytes) -> bytes:
@@ -60,7 +70,73 @@ async def _one(
     return _DONE in tail, ttfb, total, None
 
 
+def _get(host: str, port: int, path: str, key: str) -> bytes:
+    return (
+        f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {key}\r\n"
+        f"Accept: text/event-stream\r\nConnection: close\r\n\r\n"
+    ).encode()
+
+
+async def _run(
+    target: tuple[str, int], follow: tuple[str, int], prefix: str, key: str, body: bytes
+) -> tuple[bool, int, int]:
+    """Start one run on ``target``, follow it on ``follow`` to its end:
+    ``(completed, last event id, bytes)``."""
+    host, port = target
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(_request(host, port, prefix + "/runs", key, body))
+    head = await reader.readuntil(b"\r\n\r\n")  # the server may keep the connection
+    length = _LENGTH.search(head)
+    answer = head + (await reader.readexactly(int(length.group(1))) if length else b"")
+    writer.close()
+    found = _RUN_ID.search(answer)
+    if found is None:
+        return False, 0, len(answer)
+    fhost, fport = follow
+    reader, writer = await asyncio.open_connection(fhost, fport)
+    path = f"{prefix}/runs/{found.group(1).decode()}/events"
+    writer.write(_get(fhost, fport, path, key))
+    last, total, completed, tail = 0, 0, False, b""
+    while True:
+        data = await reader.read(65536)
+        if not data:
+            break
+        total += len(data)
+        window = tail + data
+        ids = _EVENT_ID.findall(window)
+        if ids:
+            last = max(last, int(ids[-1]))
+        completed = completed or _RUN_COMPLETED in window
+        tail = window[-64:]
+        if tail.endswith(b"\r\n0\r\n\r\n"):
+            break
+    writer.close()
+    return completed, last, total
+
+
+async def _main_runs(args: argparse.Namespace) -> dict[str, object]:
+    url, follow = urlsplit(args.url), urlsplit(args.follow or args.url)
+    target = (url.hostname or "127.0.0.1", url.port or 80)
+    follower = (follow.hostname or "127.0.0.1", follow.port or 80)
+    body = json.dumps({"model": args.model, "input": "go"} | json.loads(args.extra)).encode()
+    prefix = url.path.rstrip("/")
+    t0 = time.perf_counter()
+    results = await asyncio.gather(
+        *(_run(target, follower, prefix, args.key, body) for _ in range(args.streams))
+    )
+    return {
+        "wall": time.perf_counter() - t0,
+        "completed": sum(1 for r in results if r[0]),
+        "events": sum(r[1] for r in results),
+        "ttfb": [],
+        "bytes": sum(r[2] for r in results),
+        "cpu": time.process_time(),
+    }
+
+
 async def _main(args: argparse.Namespace) -> dict[str, object]:
+    if args.runs:
+        return await _main_runs(args)
     url = urlsplit(args.url)
     host, port = url.hostname or "127.0.0.1", url.port or 80
     body = json.dumps(
@@ -101,6 +177,8 @@ def main() -> None:
     ap.add_argument("--extra", default="{}", help="JSON merged into the request body")
     ap.add_argument("--hold", type=float, default=0.0)
     ap.add_argument("--sequential", type=int, default=0, help="N streams one after another")
+    ap.add_argument("--runs", action="store_true", help="background runs, each followed")
+    ap.add_argument("--follow", default="", help="base URL to follow runs on (default: url)")
     args = ap.parse_args()
     print(json.dumps(asyncio.run(_main(args))), flush=True)
 

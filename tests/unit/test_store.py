@@ -143,6 +143,25 @@ def test_concurrent_openers_migrate_once(tmp_path: Path) -> None:
     conn.close()
 
 
+def test_opening_waits_for_a_writer_before_entering_wal(tmp_path: Path) -> None:
+    """Entering WAL needs an exclusive lock, and SQLite refuses it at once (no busy
+    handler) while another connection holds the write lock: the store waits instead
+    (this is what made the concurrent openers above fail now and then)."""
+    other = sqlite3.connect(tmp_path / DB_FILE_NAME, isolation_level=None, check_same_thread=False)
+    other.execute("CREATE TABLE unrelated (x)")  # a rollback-journal file, not WAL yet
+    other.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.2, other.execute, ("COMMIT",))
+    release.start()
+    try:
+        open_store(tmp_path).close()
+    finally:
+        release.join()
+        other.close()
+    conn = sqlite3.connect(tmp_path / DB_FILE_NAME)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+
+
 def test_a_user_version_database_is_adopted_and_upgraded(tmp_path: Path) -> None:
     """A file of the previous release: migration 1 applied, recorded in PRAGMA user_version,
     no schema_version table, artifact rows without ctime."""
