@@ -1,8 +1,9 @@
 """Sources for :class:`gateway.relay.Relay`: what one read of a stream brings.
 
 * :class:`SSESource` — an upstream HTTP response (httpx) or any async iterator of
-  bytes, decoded into SSE events with a size bound; one read is what the transport
-  had buffered (httpx hands over one HTTP chunk at a time, the relay batches them);
+  bytes, decoded into SSE events with a size bound; one read of a chunked upstream
+  body is everything one socket read brought (:class:`gateway.leanbody.LeanBody`),
+  elsewhere what httpx hands over (one HTTP chunk at a time);
 * :class:`JournalSource` — a background run's journal, replayed after a sequence
   number and then followed live (:mod:`gateway.runs`);
 * the proxy's remote run source lives in :mod:`gateway.proxy.stream`.
@@ -19,6 +20,7 @@ from collections.abc import AsyncIterator
 import httpx
 import trio
 
+from gateway.leanbody import LeanBody
 from gateway.sse import SSEDecoder, SSEEvent
 from gateway.upstream import close_quietly, translate
 
@@ -43,7 +45,10 @@ class SSESource:
     @classmethod
     def from_response(cls, resp: httpx.Response, *, max_event_bytes: int) -> SSESource:
         encoded = resp.headers.get("content-encoding", "identity").lower() not in ("", "identity")
-        chunks = resp.aiter_bytes() if encoded else resp.aiter_raw()
+        # a compressed body needs httpx's decoders; a plain one is read in bulk
+        chunks: AsyncIterator[bytes] = (
+            resp.aiter_bytes() if encoded else LeanBody.attach(resp) or resp.aiter_raw()
+        )
         return cls(chunks, max_event_bytes=max_event_bytes, response=resp)
 
     async def read(self) -> list[SSEEvent] | None:
@@ -60,7 +65,10 @@ class SSESource:
         if self._closed:
             return
         self._closed = True
-        await abandon(self._chunks)
+        if isinstance(self._chunks, LeanBody):
+            await self._chunks.aclose()
+        else:
+            await abandon(self._chunks)
         if self._response is not None:
             await close_quietly(self._response)
 

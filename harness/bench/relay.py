@@ -228,6 +228,7 @@ def per_request(p: Procs, n: int, repeat: int) -> dict[str, list[float]]:
 
 
 def memory(p: Procs, streams: int) -> tuple[float, float, int]:
+    """RSS before and with ``streams`` open streams (each held mid-answer)."""
     idle = rss_mib(p.gateway.pid)
     proc = subprocess.Popen(
         [
@@ -257,21 +258,33 @@ def memory(p: Procs, streams: int) -> tuple[float, float, int]:
     return idle, (busy - idle) * 1024 / max(held, 1), held
 
 
+def _idle_after_warmup(p: Procs) -> float:
+    client(p.gw_url, "bench-plain-200-bulk", "--streams", "4")  # imports, pools, caches
+    time.sleep(0.2)
+    return rss_mib(p.gateway.pid)
+
+
 def report(p: Procs, repeat: int, quick: bool) -> None:
     scenarios = SCENARIOS[:1] + SCENARIOS[3:4] if quick else SCENARIOS
     print(
         f"relay benchmark: python {sys.version.split()[0]}, {os.cpu_count()} cores;"
         f" upstream, gateway and client in separate processes; median (range) of {repeat}"
     )
-    client(p.gw_url, "bench-plain-200-bulk", "--streams", "4")  # warm-up (imports, pools)
+    t_start = time.monotonic()
+    idle_rss = _idle_after_warmup(p)
     cols = ("scenario", "direct d/s", "gateway d/s", "ratio", "gw µs/delta", "client µs/d")
-    print(f"{cols[0]:<20} {cols[1]:>22} {cols[2]:>22} {cols[3]:>18} {cols[4]:>16} {cols[5]:>12}")
+    print(
+        f"{cols[0]:<20} {cols[1]:>22} {cols[2]:>22} {cols[3]:>18} {cols[4]:>16} {cols[5]:>14}"
+        "  upstream µs/d"
+    )
     for sc in scenarios:
         f = run_scenario(p, sc, repeat)
         note = f"  ({f.incomplete} incomplete!)" if f.incomplete else ""
         print(
             f"{sc.name:<20} {_fmt(f.direct):>22} {_fmt(f.gateway):>22} {_fmt(f.ratio, '.2f'):>18}"
-            f" {_fmt(f.gw_cpu_us):>16} {statistics.median(f.client_cpu_us):>12.0f}{note}"
+            f" {_fmt(f.gw_cpu_us):>16} {_fmt(f.client_cpu_us, '.1f'):>14}"
+            f"  {statistics.median(f.up_cpu_us):.1f}{note}",
+            flush=True,
         )
     r = per_request(p, 20 if quick else 50, repeat)
     added = [g - d for g, d in zip(r["gateway"], r["direct"], strict=True)]
@@ -284,7 +297,14 @@ def report(p: Procs, repeat: int, quick: bool) -> None:
         f" GET /health {_fmt(r['cpu_health'], '.2f')} ms"
     )
     idle, per_stream, held = memory(p, 100 if quick else 500)
-    print(f"memory: idle RSS {idle:.1f} MiB; {per_stream:.1f} KiB per open stream ({held} held)")
+    print(
+        f"memory: idle RSS {idle_rss:.1f} MiB after start-up ({idle:.1f} MiB after the runs);"
+        f" {per_stream:.1f} KiB per open stream ({held} held)"
+    )
+    print(
+        f"(benchmark took {time.monotonic() - t_start:.0f} s; load average at the end:"
+        f" {' '.join(f'{x:.1f}' for x in os.getloadavg())})"
+    )
 
 
 def main(repeat: int = 3, quick: bool = False) -> int:
