@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import httpx
 import pytest
@@ -84,7 +85,7 @@ async def raw_server(script: Script, *, close_after: bool = False) -> AsyncItera
 
 def split(body: bytes, *cuts: int) -> list[bytes]:
     points = [0, *cuts, len(body)]
-    return [body[a:b] for a, b in zip(points, points[1:], strict=False)]
+    return [body[a:b] for a, b in pairwise(points)]
 
 
 async def read_all(resp: httpx.Response) -> tuple[list[bytes], bool]:
