@@ -168,39 +168,50 @@ async def test_a_cut_body_raises_what_httpx_raises(tail: bytes) -> None:
 
 async def test_bad_framing_raises() -> None:
     writes = [HEAD, chunk(EVENTS[0]) + b"zz\r\n"]
-    async with raw_server(lambda n: writes) as srv, httpx.AsyncClient() as client:
-        async with client.stream("GET", srv.url) as resp:
-            lean = LeanBody.attach(resp)
-            assert lean is not None
-            with pytest.raises(httpx.RemoteProtocolError):
-                async for _ in lean:
-                    pass
+    async with (
+        raw_server(lambda n: writes) as srv,
+        httpx.AsyncClient() as client,
+        client.stream("GET", srv.url) as resp,
+    ):
+        lean = LeanBody.attach(resp)
+        assert lean is not None
+        with pytest.raises(httpx.RemoteProtocolError):
+            async for _ in lean:
+                pass
 
 
 async def test_read_timeout_is_kept() -> None:
     writes = [HEAD, chunk(EVENTS[0])]  # then silence
-    async with raw_server(lambda n: writes) as srv, httpx.AsyncClient() as client:
-        async with client.stream("GET", srv.url, timeout=httpx.Timeout(5, read=0.2)) as resp:
-            lean = LeanBody.attach(resp)
-            assert lean is not None and lean._sock is None  # httpcore's read, with timeout
-            assert await lean.__anext__() == EVENTS[0]
-            with pytest.raises(httpx.ReadTimeout):
-                await lean.__anext__()
+    async with (
+        raw_server(lambda n: writes) as srv,
+        httpx.AsyncClient() as client,
+        client.stream("GET", srv.url, timeout=httpx.Timeout(5, read=0.2)) as resp,
+    ):
+        lean = LeanBody.attach(resp)
+        assert lean is not None and lean._sock is None  # httpcore's read, with timeout
+        assert await lean.__anext__() == EVENTS[0]
+        with pytest.raises(httpx.ReadTimeout):
+            await lean.__anext__()
 
 
 async def test_not_applicable_keeps_httpx() -> None:
     sized = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
-    async with raw_server(lambda n: [sized]) as srv, httpx.AsyncClient() as client:
-        async with client.stream("GET", srv.url) as resp:
-            assert LeanBody.attach(resp) is None  # Content-Length: httpx reads it
-            assert await resp.aread() == b"hello"
+    async with (
+        raw_server(lambda n: [sized]) as srv,
+        httpx.AsyncClient() as client,
+        client.stream("GET", srv.url) as resp,
+    ):
+        assert LeanBody.attach(resp) is None  # Content-Length: httpx reads it
+        assert await resp.aread() == b"hello"
 
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, content=b"data: x\n\n")
 
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-        async with client.stream("GET", "http://test/") as resp:
-            assert LeanBody.attach(resp) is None
+    async with (
+        httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client,
+        client.stream("GET", "http://test/") as resp,
+    ):
+        assert LeanBody.attach(resp) is None
 
 
 async def test_sse_source_events_match_httpxs_iterator() -> None:
