@@ -488,8 +488,8 @@ def test_hostile_requests_split_at_random_points(services: Services, seed: int) 
 
 
 def test_request_json_rules() -> None:
-    from gateway.web import parse_json_object
     from gateway.errors import RequestError
+    from gateway.web import parse_json_object
 
     # a surrogate *pair* is an ordinary astral character (json.dumps writes emoji so)
     assert parse_json_object(json.dumps({"a": "😀 ok"}).encode()) == {"a": "😀 ok"}
