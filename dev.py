@@ -3,10 +3,12 @@
 
 Needs only Python >= 3.11 and access to the package registry. On first use it
 creates `.venv/` beside this file and installs the project with its test and postgres extras;
-later runs reuse it (re-installing when pyproject.toml changed). `test` also makes
-sure the browser tests' prerequisites are there (`tests/e2e/owui/install.py`: Open
-WebUI 0.12.4 in a cached venv outside the clone, Debian's chromium); the first time
-that takes a few minutes, later it is a quick check. Set
+later runs reuse it (re-installing when pyproject.toml changed). `test` (and `setup`)
+also make sure what the tests run is there: as root, Debian's `postgresql` and
+`chromium` (one apt-get update; the package starts no cluster, the tests run their
+own), then Open WebUI 0.12.4 in a cached venv outside the clone
+(`tests/e2e/owui/install.py`); the first time that takes a few minutes, later it is a
+quick check. Set
 `GATEWAY_SKIP_OPENWEBUI_INSTALL=1` to skip it (those tests then skip, or fail under CI=true).
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -24,6 +27,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / ("python.exe" if os.name == "nt" else "python")
+LINTED = ("gateway", "harness", "tests", "integrations", "dev.py")
 STAMP = VENV / ".installed-pyproject-sha256"
 
 
@@ -40,8 +44,8 @@ def _pip(*args: str) -> None:
 
 
 def ensure_venv() -> None:
-    if sys.version_info < (3, 11):
-        sys.exit("artifact-gateway needs Python 3.11 or newer (found %s)" % sys.version.split()[0])
+    if sys.version_info < (3, 11):  # noqa: UP036 - dev.py runs under whatever python3 is
+        sys.exit(f"artifact-gateway needs Python 3.11 or newer (found {sys.version.split()[0]})")
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     fresh = not PY.exists()
     if not fresh and STAMP.exists() and STAMP.read_text().strip() == digest:
@@ -51,13 +55,73 @@ def ensure_venv() -> None:
         if fresh
         else "pyproject.toml changed: reinstalling"
     )
-    print(f"dev.py: {what} artifact-gateway[test,postgres] (a minute or so) ...", end=" ", flush=True)
+    print(
+        f"dev.py: {what} artifact-gateway[test,postgres] (a minute or so) ...", end=" ", flush=True
+    )
     t0 = time.monotonic()
     if fresh:
         venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
     _pip("install", "-q", "--upgrade", "pip")
     _pip("install", "-q", "-e", f"{ROOT}[test,postgres]")
     STAMP.write_text(digest)
+    print(f"done in {time.monotonic() - t0:.0f} s", flush=True)
+
+
+def _pg_server_present() -> bool:
+    """initdb, pg_ctl and postgres in ``$GATEWAY_PG_BINDIR`` or Debian's layout."""
+    dirs = [Path(os.environ["GATEWAY_PG_BINDIR"])] if os.environ.get("GATEWAY_PG_BINDIR") else []
+    dirs += sorted(Path("/usr/lib/postgresql").glob("*/bin"))
+    return any(all((d / n).exists() for n in ("initdb", "pg_ctl", "postgres")) for d in dirs)
+
+
+def _missing_packages() -> list[str]:
+    missing = []
+    if not _pg_server_present():
+        missing.append("postgresql")  # tests/conftest.py runs its own throw-away cluster
+    browser = os.environ.get("GATEWAY_SKIP_OPENWEBUI_INSTALL", "") in ("", "0")
+    if browser and not Path("/usr/bin/chromium").exists():
+        missing.append("chromium")  # the browser tests' headless Chromium
+    return missing
+
+
+def ensure_system_packages() -> None:
+    """Debian's postgresql and chromium, with one ``apt-get update``, as root only.
+
+    The package must not start a cluster of its own (``policy-rc.d`` answers 101 while
+    it installs); the tests start and stop theirs. Not root, or no apt-get: a note, and
+    the tests that need them skip (or fail under ``CI=true``) saying why.
+    """
+    missing = _missing_packages()
+    apt = shutil.which("apt-get")
+    if not missing:
+        return
+    if apt is None or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        print(
+            f"note: {' and '.join(missing)} missing; as root: apt-get install {' '.join(missing)}"
+        )
+        return
+    print(f"dev.py: installing Debian's {' and '.join(missing)} ...", end=" ", flush=True)
+    t0 = time.monotonic()
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    policy = Path("/usr/sbin/policy-rc.d")
+    made_policy = not policy.exists()
+    if made_policy:
+        policy.write_text("#!/bin/sh\nexit 101\n")
+        policy.chmod(0o755)
+    try:
+        for args in (
+            ["update", "-q"],
+            ["install", "-y", "-q", "--no-install-recommends", *missing],
+        ):
+            proc = subprocess.run([apt, *args], capture_output=True, text=True, env=env)
+            if proc.returncode != 0:
+                print(flush=True)
+                sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+                print(f"note: apt-get {args[0]} failed (exit {proc.returncode}); output above")
+                return
+    finally:
+        if made_policy:
+            policy.unlink(missing_ok=True)
     print(f"done in {time.monotonic() - t0:.0f} s", flush=True)
 
 
@@ -82,13 +146,14 @@ def main() -> int:
         return run([str(BIN / "gateway"), "demo", *rest])
     if cmd == "test":
         ensure_venv()
+        ensure_system_packages()
         ensure_openwebui()
         # tests/progress.py: one summary line per test folder as it finishes
         return run([str(PY), "-m", "pytest", "-p", "tests.progress", *rest])
     if cmd == "lint":
         ensure_venv()
-        rc = run([str(PY), "-m", "ruff", "check", "gateway", "harness", "tests"])
-        rc |= run([str(PY), "-m", "ruff", "format", "--check", "gateway", "harness", "tests"])
+        rc = run([str(PY), "-m", "ruff", "check", *LINTED])
+        rc |= run([str(PY), "-m", "ruff", "format", "--check", *LINTED])
         rc |= run([str(PY), "-m", "mypy"])
         return rc
     if cmd == "bench":
@@ -96,6 +161,8 @@ def main() -> int:
         return run([str(PY), "-m", "harness.bench", *rest])
     if cmd == "setup":
         ensure_venv()
+        ensure_system_packages()
+        ensure_openwebui()
         return 0
     print(__doc__)
     print("commands: run | test [pytest args] | lint | bench [args] | setup")

@@ -1,7 +1,7 @@
 """Load and validate the gateway configuration.
 
 The configuration is one TOML file plus a few environment overrides. The key names
-are a stable contract (DESIGN.md, "Configuration"). The schema is stated once, in the
+are a stable contract (docs/design.md, "Configuration"). The schema is stated once, in the
 dataclasses below: every field is made with :func:`gateway.schema.setting` and carries
 its default, a one-line doc, its validation, its environment variable and whether it is
 secret. ``gateway config example`` prints it as a commented TOML file,

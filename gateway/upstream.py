@@ -10,6 +10,7 @@ Every httpx error is translated here into :class:`gateway.errors.UpstreamError` 
     upstream_bad_response  an answer that is not what was asked for: not JSON, not an
                            event stream for a streaming request, a redirect (502)
     upstream_rate_limited  upstream 429 (429; a valid Retry-After passed on as seconds)
+    upstream_auth_failed   upstream 401/403: it refused the gateway's upstream key (502)
     upstream_error         upstream 5xx, or an error reported inside a stream (502)
     <upstream's own code>  upstream 4xx with an OpenAI error body (same status), when the
                            code is a plain identifier, e.g. model_not_found; else
@@ -62,6 +63,25 @@ _CODE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 MODEL_FIELDS = ("id", "object", "created", "owned_by", "root", "parent", "max_model_len")
 
 Scrub = Callable[[str], str]
+
+#: the codes this module gives (an upstream's own 4xx codes are not among them)
+OWN_CODES = frozenset(
+    {
+        "upstream_unreachable",
+        "upstream_timeout",
+        "upstream_disconnected",
+        "upstream_bad_response",
+        "upstream_rate_limited",
+        "upstream_error",
+        "gateway_overloaded",
+    }
+)
+
+
+def metric_code(exc: GatewayError) -> str:
+    """A bounded label for an upstream failure: an upstream's own code (any text it
+    chose) counts as ``upstream_http_4xx``, so a hostile upstream cannot grow /metrics."""
+    return exc.code if exc.code in OWN_CODES else "upstream_http_4xx"
 
 
 def fds_exhausted(exc: BaseException) -> bool:
@@ -173,6 +193,14 @@ def _error_from_body(
             code="upstream_bad_response",
             status=502,
         )
+    if status in (401, 403):
+        # the gateway's own upstream key was refused: not the client's key, so not a 401
+        return UpstreamHTTPError(
+            f"The upstream model server refused the gateway's key (HTTP {status}); "
+            "check [upstream] api_key." + quoted,
+            code="upstream_auth_failed",
+            status=502,
+        )
     if not _CODE.fullmatch(code) or code.startswith("gateway_"):
         code = f"upstream_http_{status}"
     return UpstreamHTTPError(
@@ -182,10 +210,12 @@ def _error_from_body(
     )
 
 
-def _no_cookies() -> httpx.Cookies:
-    """A cookie jar that never stores a cookie (the client serves every principal)."""
-    policy = http.cookiejar.DefaultCookiePolicy(allowed_domains=[])
-    return httpx.Cookies(http.cookiejar.CookieJar(policy=policy))
+def _refuse_cookies(client: httpx.AsyncClient) -> httpx.AsyncClient:
+    """Make ``client``'s jar refuse every cookie (the client serves every principal).
+
+    The policy is set on the client's own jar: httpx copies a jar handed to it."""
+    client.cookies.jar.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+    return client
 
 
 def new_client(
@@ -196,14 +226,14 @@ def new_client(
     base_url: str = "",
 ) -> httpx.AsyncClient:
     """An httpx client as the gateway uses them: no read timeout, no cookies."""
-    return httpx.AsyncClient(
+    client = httpx.AsyncClient(
         base_url=base_url,
         timeout=httpx.Timeout(connect_timeout, read=None),
         headers=headers,
         transport=transport,
-        cookies=_no_cookies(),
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=100),
     )
+    return _refuse_cookies(client)
 
 
 class Models:

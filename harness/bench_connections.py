@@ -413,16 +413,21 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.bench_connections")
-    sub = parser.add_subparsers(dest="cmd")
-    up = sub.add_parser("upstream", help="(internal) serve the demo upstream")
+    parser = argparse.ArgumentParser(
+        prog="python -m harness.bench_connections",
+        description="Many slow concurrent streams through one gateway process: how many "
+        "complete, connect and first-byte latency, the gateway's memory and descriptors.",
+        epilog="example: python -m harness.bench_connections --streams 2000 --delay 1",
+    )
+    sub = parser.add_subparsers(dest="cmd", title="internal", metavar="upstream")
+    up = sub.add_parser("upstream", help="the benchmark starts its demo upstream with this")
     up.add_argument("--port", type=int, required=True)
     up.add_argument("--root", type=Path, required=True)
-    parser.add_argument("--streams", type=int, default=10000)
+    parser.add_argument("--streams", type=int, default=10000, help="concurrent streams (10000)")
     parser.add_argument("--events", type=int, default=5, help="deltas per stream")
     parser.add_argument("--delay", type=float, default=3.0, help="seconds between deltas")
     parser.add_argument("--rate", type=float, default=4000.0, help="new connections per second")
-    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--timeout", type=float, default=600.0, help="give up after (s)")
     args = parser.parse_args(argv)
     if args.cmd == "upstream":
         return _upstream_main(args.port, args.root)

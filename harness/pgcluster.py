@@ -124,7 +124,7 @@ class PgCluster:
         if found is None:
             raise PgUnavailable(
                 "no PostgreSQL server binaries (initdb, pg_ctl, postgres): install Debian's "
-                "`postgresql` package (.ci/install-postgres) or set GATEWAY_PG_BINDIR"
+                "`postgresql` package (`python3 dev.py setup` does, as root) or set GATEWAY_PG_BINDIR"
             )
         as_postgres = hasattr(os, "geteuid") and os.geteuid() == 0
         if as_postgres:

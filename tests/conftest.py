@@ -10,7 +10,7 @@ deleted at the end, also on failure). Each test gets its own database:
 ``pg_url`` a copy of a template already at the current schema (a file copy, ~40 ms),
 ``pg_empty_url`` an empty one. Without server binaries the tests that need them are
 skipped, saying why -- except with ``CI=true``, where they fail: CI must run them
-(``.ci/install-postgres``).
+(``python3 dev.py test`` installs them, as root).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from gateway.pipeline import ChatPipeline
 from gateway.relay import Front, Relay, RelayOptions
 from gateway.sources import SSESource
 from gateway.state import GatewayState, current
-from gateway.upstream import close_quietly
+from gateway.upstream import close_quietly, metric_code
 from gateway.web import ChannelBody, cleanup_stack, json_body, max_json_depth, sse_response
 
 __all__ = ["authenticate", "body", "open_upstream", "relay_response", "stream_pipeline"]
@@ -36,7 +36,7 @@ async def open_upstream(st: GatewayState, ubody: dict[str, Any], pid: str) -> ht
     try:
         resp = await st.upstream.open_chat_stream(ubody, pid)
     except GatewayError as exc:
-        st.metrics.upstream_errors.labels(exc.code).inc()
+        st.metrics.upstream_errors.labels(metric_code(exc)).inc()
         raise
     st.metrics.first_byte.observe(time.perf_counter() - t0)
     cleanup_stack().push_async_callback(close_quietly, resp)

@@ -85,7 +85,9 @@ class Filter:
     async def _fetch(self, client: httpx.AsyncClient, artifact_id: str, owner: str) -> Any:
         headers = {"Authorization": f"Bearer {self.valves.proxy_key}", "X-Gateway-Owner": owner}
         async with client.stream(
-            "GET", f"{self.valves.gateway_url.rstrip('/')}/v1/artifacts/{artifact_id}", headers=headers
+            "GET",
+            f"{self.valves.gateway_url.rstrip('/')}/v1/artifacts/{artifact_id}",
+            headers=headers,
         ) as resp:
             if resp.status_code != 200:
                 log.warning("artifact gateway answered HTTP %d for an artifact", resp.status_code)
@@ -152,7 +154,9 @@ class Filter:
             return body
         files = entries
         if chat_id and not str(chat_id).startswith("local:"):
-            stored = await Chats.add_message_files_by_id_and_message_id(chat_id, message_id, entries)
+            stored = await Chats.add_message_files_by_id_and_message_id(
+                chat_id, message_id, entries
+            )
             await Chats.insert_chat_files(chat_id, message_id, [e["id"] for e in entries], user.id)
             files = stored or entries
         if __event_emitter__ is not None:
