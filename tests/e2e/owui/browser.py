@@ -328,9 +328,9 @@ class ChatPage:
             with contextlib.suppress(Exception):
                 page.close()
 
-    def share(self, file_name: str, timeout_ms: int = 20_000) -> str:
+    def share(self, file_name: str, timeout_ms: int = 20_000) -> tuple[str, str]:
         """Follow the private note's share link for ``file_name``, create a public link on
-        the gateway's page like a person would, and return that link."""
+        the gateway's page like a person would; that link, and what the page said."""
         link = self._last_assistant().locator(
             "#response-content-container a[href$='/share']", has_text=file_name
         )
@@ -341,11 +341,12 @@ class ChatPage:
             button = popup.locator("button:has-text('Create a public link')")
             button.wait_for(timeout=timeout_ms)
             self.screenshot(f"share-{file_name}", page=popup)
+            said = str(popup.locator("body").inner_text())
             button.click()
             field_ = popup.locator("input[readonly]")
             field_.wait_for(timeout=timeout_ms)
             self.screenshot(f"shared-{file_name}", page=popup)
-            return str(field_.input_value())
+            return str(field_.input_value()), said
         finally:
             with contextlib.suppress(Exception):
                 popup.close()

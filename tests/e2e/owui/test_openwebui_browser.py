@@ -128,10 +128,11 @@ async def test_private_links_open_for_their_owner_only(
         page.login(other.email, other.password)
         return {text: page.open_url(href, f"other-{text}") for text, href in links.items()}
 
-    def share_and_open() -> tuple[str, Any, Any]:
-        public = chat_page.share("report.pdf")
+    def share_and_open() -> tuple[str, str, Any, Any]:
+        public, said = chat_page.share("report.pdf")
         fresh = open_page(openwebui.url, "no-session")  # no cookie, no key
-        return public, fresh.open_url(public, "public"), fresh.open_url(links["report.pdf"], "x")
+        opened = fresh.open_url(public, "public")
+        return public, said, opened, fresh.open_url(links["report.pdf"], "private")
 
     # a second Open WebUI user, signed in in another browser: nothing, the 404 page
     for text, got in (await browser.run(other_user_opens)).items():
@@ -139,7 +140,8 @@ async def test_private_links_open_for_their_owner_only(
         assert got.status == 404, (text, got.status, got.body_text[:200])
         assert "No such file" in got.body_text, got.body_text
 
-    public, public_opened, private_opened = await browser.run(share_and_open)
+    public, said, public_opened, private_opened = await browser.run(share_and_open)
+    assert "report.pdf" in said and "opens for anyone who has it" in said, said
     assert public_link_re(chain.gateway.url).match(public), public
     assert public_opened.download == files.report_pdf.read_bytes(), public_opened
     # while the private link still needs the session
