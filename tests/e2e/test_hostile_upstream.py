@@ -183,7 +183,9 @@ async def test_a_refused_upstream_key_is_not_the_clients_401(
 
     def answer(req: httpx.Request) -> Scripted:
         status = 401 if len(transport.requests) % 2 else 403
-        return Scripted([body.encode()], status=status, headers={"content-type": "application/json"})
+        return Scripted(
+            [body.encode()], status=status, headers={"content-type": "application/json"}
+        )
 
     transport = ScriptedTransport(answer)
     gw = await start_gateway(nursery, make_config(tmp_path, SCRIPTED_URL), transport=transport)
