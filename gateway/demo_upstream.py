@@ -33,9 +33,17 @@ Scenarios, chosen by the request's ``model``:
 ``demo-long``
     ``demo_events`` (default 200) deltas of ordinary text without any path (see
     :func:`demo_long_delta`), ``demo_batch`` (default 1) events per body write.
+``demo-image``
+    A short answer that shows ``plot.png`` as a markdown image (``![the chart](path)``),
+    so a front end has an ``<img>`` to load from the gateway.
 ``demo-error`` / ``demo-429``
     HTTP 500 with an OpenAI-style error body / HTTP 429 with ``Retry-After``
     (``demo_retry_after`` seconds, default 1).
+
+A non-streamed request whose last message begins with ``### Task:`` (Open WebUI's
+titles, tags and follow-ups) is answered, for ``demo`` and ``demo-image``, like a model
+would: one JSON object with ``title``, ``tags`` and ``follow_ups`` (each parser takes its
+key), naming every root file by its path, so a test sees what such a task would show.
 
 Unknown models get 404 ``model_not_found``. Every scenario waits ``chunk_delay``
 seconds between body writes; body field ``demo_delay`` overrides it (0 allowed).
@@ -83,6 +91,7 @@ __all__ = [
     "DemoUpstreamApp",
     "create_demo_upstream_app",
     "demo_long_delta",
+    "is_task_request",
     "main",
     "run_demo_upstream",
     "serve_demo_upstream",
@@ -94,6 +103,7 @@ MODELS: Final[tuple[str, ...]] = (
     "demo-fail",
     "demo-quiet",
     "demo-long",
+    "demo-image",
     "demo-error",
     "demo-429",
 )
@@ -489,6 +499,43 @@ def _long_steps(chunks: _Chunks, params: _Params, usage: dict[str, int]) -> Iter
     yield _Step(DONE)
 
 
+def _image_text(files: DemoFiles) -> str:
+    return f"Here is the chart:\n\n![the chart]({files.plot_png})\n\nIt shows the scores per run."
+
+
+def _text_steps(
+    text: str, chunks: _Chunks, params: _Params, usage: dict[str, int]
+) -> Iterator[_Step]:
+    yield _Step(encode_json(chunks.chunk({"role": "assistant", "content": ""})))
+    for piece in text.splitlines(keepends=True):
+        yield _Step(chunks.content(piece), params.delay)
+    yield _Step(encode_json(chunks.chunk({}, "stop")), params.delay)
+    if params.include_usage:
+        yield _Step(chunks.usage(usage))
+    yield _Step(DONE)
+
+
+def is_task_request(body: Mapping[str, Any]) -> bool:
+    """Open WebUI's background task (title, tags, follow-ups): one ``### Task:`` prompt."""
+    messages = body.get("messages")
+    last = messages[-1] if isinstance(messages, list) and messages else None
+    content = last.get("content") if isinstance(last, dict) else None
+    return isinstance(content, str) and content.lstrip().startswith("### Task:")
+
+
+def _task_text(files: DemoFiles) -> str:
+    """What a model answers to a task prompt: JSON that names the files by their paths."""
+    answer = {
+        "title": f"Report in {files.report_pdf}",
+        "tags": ["reports", f"{files.results_csv}", f"chart {files.plot_png}"],
+        "follow_ups": [
+            f"Can you rename `{files.resume_txt}`?",
+            f"What does {files.plot_png} show?",
+        ],
+    }
+    return json.dumps(answer, ensure_ascii=False)
+
+
 def _error_body(message: str, type_: str, code: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "param": None, "code": code}}
 
@@ -700,6 +747,9 @@ def _stream_steps(
         return _fail_steps(files, chunks, params)
     if model == "demo-quiet":
         return _quiet_steps(chunks, params, _usage(body, "x" * 40))
+    if model == "demo-image":
+        text = _image_text(files)
+        return _text_steps(text, chunks, params, _usage(body, text))
     return _long_steps(chunks, params, _usage(body, "x" * 8 * params.events))
 
 
@@ -708,10 +758,14 @@ async def _plain_response(
 ) -> Response:
     files = app.demo_files
     tool_calls: list[dict[str, Any]] | None = None
-    if model == "demo":
+    if model in ("demo", "demo-image") and is_task_request(body):
+        text = _task_text(files)
+    elif model == "demo":
         answer = _DemoAnswer.build(files)
         text = answer.text
         tool_calls = [answer.tool_call()]
+    elif model == "demo-image":
+        text = _image_text(files)
     elif model == "demo-quiet":
         await trio.sleep(params.quiet_seconds)
         text = "Let me think about that for a moment... Done: all good."

@@ -81,7 +81,8 @@ def share_page(filename: str, size: int, action: str, token: str, ttl_days: floa
     return _page(
         f"Share {filename}",
         f"<p><b>{html.escape(filename)}</b> ({size:,} bytes) opens only for you. A public "
-        f"link opens for anyone who has it, for {days}; you can revoke it at any time.</p>"
+        f"link opens for anyone who has it, for {days} (only the gateway's operator can "
+        "revoke it sooner).</p>"
         f'<form method=post action="{html.escape(action, quote=True)}">'
         f'<input type=hidden name=token value="{html.escape(token, quote=True)}">'
         "<button type=submit>Create a public link</button></form>",

@@ -217,7 +217,7 @@ class Replayer:
                 partial(serve_app, papp, "127.0.0.1:0", shutdown_trigger=trio.sleep_forever)
             )
             self.proxy_url = purls[0]
-            nursery.start_soon(_close_when_cancelled, papp.proxy.client.aclose)
+            nursery.start_soon(_close_when_cancelled, papp.proxy.aclose)
 
     # -- driving one request ---------------------------------------------------------
 

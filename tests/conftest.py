@@ -181,7 +181,7 @@ async def _close_proxy_when_cancelled(app: Any) -> None:
         await trio.sleep_forever()
     finally:
         with trio.CancelScope(shield=True):
-            await app.proxy.client.aclose()
+            await app.proxy.aclose()
 
 
 @pytest.fixture

@@ -94,6 +94,12 @@ class ProxyState:
             h["X-Gateway-Links"] = "names"
         return h
 
+    async def aclose(self) -> None:
+        """Close the client of the gateway and the one of Open WebUI (idempotent)."""
+        await self.client.aclose()
+        if self.openwebui is not None:
+            await self.openwebui.aclose()
+
     def relay_options(self) -> RelayOptions:
         return RelayOptions(
             keepalive_seconds=self.config.server.keepalive_seconds,
@@ -151,9 +157,7 @@ def create_proxy_app(
 
     @app.after_serving
     async def _close() -> None:
-        await client.aclose()
-        if ps.openwebui is not None:
-            await ps.openwebui.aclose()
+        await ps.aclose()
 
     @app.get("/health")
     async def health() -> Response:

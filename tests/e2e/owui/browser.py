@@ -31,6 +31,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import trio
 from playwright.sync_api import Browser, BrowserContext, Download, Page, Playwright, sync_playwright
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.e2e.owui.install import CHROMIUM
@@ -116,7 +117,8 @@ class Answer:
     links: list[Link]
     code_spans: list[str]
     file_tiles: list[str]  # visible names of the message's file tiles (``message.files``)
-    images: list[str] = field(default_factory=list)  # ``src`` of rendered images
+    images: list[str] = field(default_factory=list)  # ``src`` of images in the text
+    tile_images: list[str] = field(default_factory=list)  # ``src`` of image tiles (files)
 
 
 @dataclass
@@ -222,7 +224,7 @@ class ChatPage:
         names = tiles.locator("button").evaluate_all(
             "els => els.map(e => e.innerText.trim()).filter(Boolean)"
         )
-        images += tiles.locator("img").evaluate_all("els => els.map(e => e.src)")
+        tile_images = tiles.locator("img").evaluate_all("els => els.map(e => e.src)")
         return Answer(
             text=content.inner_text(),
             html=content.inner_html(),
@@ -230,7 +232,124 @@ class ChatPage:
             code_spans=codes,
             file_tiles=names,
             images=images,
+            tile_images=tile_images,
         )
+
+    def wait_tiles(self, count: int, timeout_ms: int = ANSWER_TIMEOUT_MS) -> Answer:
+        """Until the last answer shows ``count`` file tiles (files and images together)."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            answer = self.read_answer()
+            if len(answer.file_tiles) + len(answer.tile_images) >= count:
+                return answer
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{count} file tiles expected, the answer shows {answer}")
+            self.page.wait_for_timeout(100)
+
+    def chat_id(self, timeout_ms: int = 30_000) -> str:
+        """The id of the chat on screen (Open WebUI moves to ``/c/<id>`` once it is saved)."""
+        self.page.wait_for_url(re.compile(r".*/c/[\w-]+$"), timeout=timeout_ms)
+        return self.page.url.rstrip("/").rsplit("/", 1)[1]
+
+    def sidebar_title(self, chat_id: str, timeout_ms: int = ANSWER_TIMEOUT_MS) -> str:
+        """The chat's title as the sidebar shows it (opened first when it is collapsed),
+        once it is no longer Open WebUI's placeholder."""
+        item = self.page.locator(f"[data-sidebar-chat-id='{chat_id}']:visible").first
+        if not item.count():
+            self.page.locator("button[aria-label='Open Sidebar']").first.click()
+        item.wait_for(state="visible", timeout=timeout_ms)
+        self.page.wait_for_function(
+            """id => [...document.querySelectorAll(`[data-sidebar-chat-id='${id}']`)].some(el => {
+                const t = el.offsetParent === null ? '' : el.innerText.trim().split('\\n')[0];
+                return t !== '' && t !== 'New Chat';
+            })""",
+            arg=chat_id,
+            timeout=timeout_ms,
+        )
+        # the item's first line is the title (a "… ago" line may follow)
+        return str(item.inner_text()).strip().splitlines()[0].strip()
+
+    def reload_chat(self, timeout_ms: int = ANSWER_TIMEOUT_MS) -> Answer:
+        """Reload the page (the chat as Open WebUI stored it) and read the last answer."""
+        self.page.reload()
+        self._last_assistant().locator(".copy-response-button").wait_for(
+            state="attached", timeout=timeout_ms
+        )
+        return self.read_answer()
+
+    def content_images(self, timeout_ms: int = 20_000) -> list[dict[str, Any]]:
+        """The last answer's ``<img>`` elements once each finished loading (or failing):
+        ``src``, ``loaded`` (decoded, non-zero size), and the text around them."""
+        content = self._last_assistant().locator("#response-content-container")
+        content.locator("img").first.wait_for(state="attached", timeout=timeout_ms)
+        self.page.wait_for_function(
+            """() => [...document.querySelectorAll("div[id^='message-'] #response-content-container img")]
+                     .every(img => img.complete)""",
+            timeout=timeout_ms,
+        )
+        found: list[dict[str, Any]] = content.locator("img").evaluate_all(
+            "els => els.map(e => ({src: e.src, loaded: e.complete && e.naturalWidth > 0,"
+            " width: e.naturalWidth}))"
+        )
+        return found
+
+    def open_url(self, url: str, label: str, timeout_ms: int = 20_000) -> Opened:
+        """Type ``url`` into a new tab of this context: a download, or a page."""
+        page = self.context.new_page()
+        downloads: list[Download] = []
+
+        def on_download(download: Download) -> None:
+            downloads.append(download)
+
+        page.on("download", on_download)
+        status: int | None = None
+        try:
+            try:
+                response = page.goto(url, timeout=timeout_ms)
+                status = response.status if response is not None else None
+            except PlaywrightError as exc:  # a navigation that became a download
+                if "Download is starting" not in str(exc) and "ERR_ABORTED" not in str(exc):
+                    raise
+                if not downloads:
+                    downloads.append(page.wait_for_event("download", timeout=timeout_ms))
+            if downloads:
+                download = downloads[0]
+                path = download.path()
+                return Opened(
+                    Path(path).read_bytes() if path else b"",
+                    download.suggested_filename,
+                    status,
+                    "",
+                    download.url,
+                )
+            self.screenshot(label, page=page)
+            return Opened(None, None, status, page.locator("body").inner_text(), page.url)
+        finally:
+            with contextlib.suppress(Exception):
+                page.close()
+
+    def share(self, file_name: str, timeout_ms: int = 20_000) -> tuple[str, str]:
+        """Follow the private note's share link for ``file_name``, create a public link on
+        the gateway's page like a person would; that link, and what the page said."""
+        link = self._last_assistant().locator(
+            "#response-content-container a[href$='/share']", has_text=file_name
+        )
+        with self.context.expect_page(timeout=timeout_ms) as popup_info:
+            link.first.click()
+        popup = popup_info.value
+        try:
+            button = popup.locator("button:has-text('Create a public link')")
+            button.wait_for(timeout=timeout_ms)
+            self.screenshot(f"share-{file_name}", page=popup)
+            said = str(popup.locator("body").inner_text())
+            button.click()
+            field_ = popup.locator("input[readonly]")
+            field_.wait_for(timeout=timeout_ms)
+            self.screenshot(f"shared-{file_name}", page=popup)
+            return str(field_.input_value()), said
+        finally:
+            with contextlib.suppress(Exception):
+                popup.close()
 
     def click_link(self, link_text: str, timeout_ms: int = 20_000) -> Opened:
         """Click a link of the last answer like a person; report what happened.

@@ -12,6 +12,11 @@ suite runs. Each test then starts its own demo upstream, gateway and runs proxy 
 real hypercorn inside its trio nursery and points Open WebUI's connection at that
 proxy (:func:`start_owui_chain`).
 
+JWT mode needs ``FORWARD_USER_INFO_HEADER_JWT_SECRET`` in Open WebUI's environment at
+start, so the tests that use the :func:`openwebui_jwt` fixture get a second instance,
+launched as soon as the first one answers ``/health`` (two boots at once on 2 cores
+would slow both); those tests run last, so it boots while the other browser tests run.
+
 Screenshots and Open WebUI's log go to ``$ARTIFACT_GATEWAY_SCREENS``, or else to a
 new folder per run under ``${TMPDIR:-/tmp}/artifact-gateway-screens/``; the terminal
 summary names it.
@@ -19,10 +24,12 @@ summary names it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,8 +52,16 @@ MARKER = "openwebui"
 #: workspace models ("presets") on top of the demo upstream's ``demo`` model; their
 #: custom param reaches the proxy as a top-level ``download_link_mode``
 PRESETS = {"demo-public": "public", "demo-private": "private"}
+#: the JWT instance's FORWARD_USER_INFO_HEADER_JWT_SECRET = the proxy's openwebui_jwt_secret
+JWT_SECRET = "test-openwebui-jwt-secret-0123456789abcdef"
+JWT_FIXTURE = "openwebui_jwt"
+
+#: how long a fixture waits for an Open WebUI to be launched (its own startup timeout
+#: applies after that)
+OPENWEBUI_WAIT = 240.0
 
 _OWUI_KEY = pytest.StashKey["OpenWebUIHandle"]()
+_JWT_KEY = pytest.StashKey["DeferredOpenWebUI"]()
 _SCREENS_KEY = pytest.StashKey[Path]()
 
 
@@ -101,12 +116,75 @@ class OpenWebUIHandle:
     error: BaseException | None = None
 
 
+class DeferredOpenWebUI:
+    """A second Open WebUI, launched by a thread once ``after`` answers ``/health``.
+
+    ``handle`` is None until it was launched; :meth:`stop` ends it whatever its state.
+    The launching thread lives until :meth:`stop`: the child's parent-death signal
+    (``PR_SET_PDEATHSIG``) fires when the *thread* that forked it ends, not the process.
+    """
+
+    def __init__(self, after: Any, launch: Any) -> None:
+        self.handle: OpenWebUIHandle | None = None
+        self._after = after
+        self._launch = launch
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._stop = threading.Event()
+        self.launched = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="openwebui-jwt", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        # launched even when the first one failed: its own fixture reports that
+        self._after.wait_healthy(OPENWEBUI_WAIT)
+        with self._lock:
+            if not self._stopped:
+                try:
+                    self.handle = OpenWebUIHandle(self._launch())
+                except BaseException as exc:  # reported by the fixture
+                    self.handle = OpenWebUIHandle(None, error=exc)
+        self.launched.set()
+        self._stop.wait()  # keep the parent thread alive (see the class docstring)
+
+    def wait(self, timeout: float) -> OpenWebUIHandle:
+        if not self.launched.wait(timeout) or self.handle is None:
+            raise RuntimeError("the JWT-mode Open WebUI was never launched")
+        return self.handle
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            handle = self.handle
+        if handle is not None and handle.owui is not None:
+            handle.owui.stop()
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def _launch_jwt_instance(shots: Path) -> Any:
+    from tests.e2e.owui.openwebui import OpenWebUI
+
+    return OpenWebUI.launch(
+        install.venv_python(),
+        log_path=shots / "openwebui-jwt.log",
+        connection_key=OWUI_KEY,
+        env={"FORWARD_USER_INFO_HEADER_JWT_SECRET": JWT_SECRET},
+    )
+
+
+def _uses_jwt(item: pytest.Item) -> bool:
+    return JWT_FIXTURE in getattr(item, "fixturenames", ())
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run the ``openwebui`` tests last, and start Open WebUI now so it boots meanwhile."""
+    """Run the ``openwebui`` tests last (JWT mode at the very end), and start Open WebUI
+    now so it boots meanwhile."""
     browser_items = [i for i in items if i.get_closest_marker(MARKER)]
     if not browser_items:
         return
+    browser_items.sort(key=_uses_jwt)  # stable: file order otherwise
     items[:] = [i for i in items if not i.get_closest_marker(MARKER)] + browser_items
     missing = missing_prerequisites()
     if missing:
@@ -125,16 +203,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     shots = screens_dir()
     config.stash[_SCREENS_KEY] = shots
-    config.stash[_OWUI_KEY] = OpenWebUIHandle(
-        OpenWebUI.launch(
-            install.venv_python(), log_path=shots / "openwebui.log", connection_key=OWUI_KEY
-        )
+    main = OpenWebUI.launch(
+        install.venv_python(), log_path=shots / "openwebui.log", connection_key=OWUI_KEY
     )
+    config.stash[_OWUI_KEY] = OpenWebUIHandle(main)
+    if any(_uses_jwt(i) and not i.get_closest_marker("skip") for i in browser_items):
+        config.stash[_JWT_KEY] = DeferredOpenWebUI(main, partial(_launch_jwt_instance, shots))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    deferred = config.stash.get(_JWT_KEY, None)
+    if deferred is not None:
+        deferred.stop()
     handle = config.stash.get(_OWUI_KEY, None)
-    if handle is not None:
+    if handle is not None and handle.owui is not None:
         handle.owui.stop()
 
 
@@ -144,13 +226,18 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if shots is None:
         return
     lines = [f"screenshots and Open WebUI log: {shots}"]
-    owui = handle.owui if handle is not None else None
-    if owui is not None and owui.ready_seconds is not None:
-        waited = owui.waited_seconds or 0.0
-        lines.append(
-            f"Open WebUI answered /health {owui.ready_seconds:.1f} s after launch; "
-            f"the tests waited {waited:.1f} s for it"
-        )
+    deferred = config.stash.get(_JWT_KEY, None)
+    instances = [("Open WebUI", handle)]
+    if deferred is not None:
+        instances.append(("Open WebUI (JWT mode)", deferred.handle))
+    for label, h in instances:
+        owui = h.owui if h is not None else None
+        if owui is not None and owui.ready_seconds is not None:
+            waited = owui.waited_seconds or 0.0
+            lines.append(
+                f"{label} answered /health {owui.ready_seconds:.1f} s after launch; "
+                f"the tests waited {waited:.1f} s for it"
+            )
     terminalreporter.write_sep("-", "openwebui")
     for line in lines:
         terminalreporter.write_line(line)
@@ -182,6 +269,23 @@ def openwebui(request: pytest.FixtureRequest) -> Any:
             )
         )
         request.config.stash[_OWUI_KEY] = handle
+    return _ready(handle)
+
+
+@pytest.fixture(scope="session")
+def openwebui_jwt(request: pytest.FixtureRequest, openwebui: Any) -> Any:
+    """A second Open WebUI, started with ``FORWARD_USER_INFO_HEADER_JWT_SECRET``
+    (= :data:`JWT_SECRET`): it sends ``X-OpenWebUI-User-Jwt`` instead of the user headers."""
+    deferred = request.config.stash.get(_JWT_KEY, None)
+    if deferred is None:  # e.g. collected without the hook having launched it
+        shots = request.getfixturevalue("screens")
+        deferred = DeferredOpenWebUI(openwebui, partial(_launch_jwt_instance, shots))
+        request.config.stash[_JWT_KEY] = deferred
+    return _ready(deferred.wait(OPENWEBUI_WAIT))
+
+
+def _ready(handle: OpenWebUIHandle) -> Any:
+    """``handle``'s Open WebUI healthy, with its users and published models (once)."""
     if handle.error is not None:
         pytest.fail(f"Open WebUI did not start: {handle.error}", pytrace=False)
     if not handle.ready:
@@ -198,6 +302,7 @@ def openwebui(request: pytest.FixtureRequest) -> Any:
 
 async def _publish_presets(owui: Any) -> None:
     await owui.publish_model("demo")  # presets need read access to their base model too
+    await owui.publish_model("demo-image")
     for model_id, mode in PRESETS.items():
         await owui.publish_model(
             model_id,
@@ -254,6 +359,33 @@ def chat_page(
                 page.context.close()
 
         browser.call(close)
+
+
+@pytest.fixture
+def open_page(request: pytest.FixtureRequest, browser: Any, screens: Path) -> Iterator[Any]:
+    """A factory for more browser contexts: ``open_page(base_url, label)`` gives a
+    :class:`~tests.e2e.owui.browser.ChatPage` in a fresh context (no cookies); call it on
+    the browser thread. Every context it made is closed at teardown, after a screenshot."""
+    from tests.e2e.owui.browser import ChatPage
+
+    pages: list[Any] = []
+
+    def make(base_url: str, label: str) -> Any:
+        page = ChatPage(browser.new_context(), base_url, screens, f"{request.node.name}-{label}")
+        pages.append(page)
+        return page
+
+    yield make
+
+    def close() -> None:
+        for page in pages:
+            try:
+                with contextlib.suppress(Exception):  # a page that cannot be shot still closes
+                    page.screenshot("teardown")
+            finally:
+                page.context.close()
+
+    browser.call(close)
 
 
 # ------------------------------------------------------------ the chain, per test
@@ -321,7 +453,7 @@ async def start_owui_chain(
     await nursery.start(
         partial(serve_app, px_app, f"fd://{px_fd}", shutdown_trigger=trio.sleep_forever)
     )
-    nursery.start_soon(_close_on_cancel, px_app.proxy.client.aclose)
+    nursery.start_soon(_close_on_cancel, px_app.proxy.aclose)
     await owui.connect(px_url + "/v1", OWUI_KEY, config=connection)
     return OwuiChain(
         upstream, Gateway(gw_app, gw_url, config), Proxy(px_app, px_url, config), config

@@ -46,6 +46,8 @@ STOP_TIMEOUT = 15.0
 #: Open WebUI's own default password rules accept these (no validation regex is set)
 ADMIN = ("Admin Owner", "admin@example.com", "admin-pass-0123456789")
 USER = ("Bob Builder", "bob@example.com", "bob-pass-0123456789")
+#: a second normal user: must get nothing of Bob's
+OTHER = ("Carol Other", "carol@example.com", "carol-pass-0123456789")
 #: the connection's placeholder until a test connects its own proxy (discard port:
 #: refused at once, so Open WebUI's model list is empty rather than slow)
 UNCONNECTED_URL = "http://127.0.0.1:9/v1"
@@ -121,6 +123,7 @@ class OpenWebUI:
     proc: subprocess.Popen[bytes] | None = None
     admin: OwuiUser | None = None
     user: OwuiUser | None = None
+    other: OwuiUser | None = None
     started_at: float = 0.0
     #: launch -> first 200 from /health (measured by a watcher thread, so it is the
     #: real startup time even when nobody waited for it)
@@ -198,6 +201,15 @@ class OpenWebUI:
                 pass
             time.sleep(0.25)
 
+    def wait_healthy(self, timeout: float = OPENWEBUI_STARTUP_TIMEOUT) -> bool:
+        """Block until ``/health`` answered (True), or the process died or time ran out."""
+        deadline = time.monotonic() + timeout
+        while not self._healthy.wait(0.5):
+            proc = self.proc
+            if proc is None or proc.poll() is not None or time.monotonic() > deadline:
+                return False
+        return True
+
     def wait_ready(self, timeout: float = OPENWEBUI_STARTUP_TIMEOUT) -> None:
         """Until ``GET /health`` answers 200; raise with the log's tail if it never does."""
         assert self.proc is not None
@@ -241,7 +253,7 @@ class OpenWebUI:
         return httpx.Client(base_url=self.url, headers=headers, timeout=30)
 
     def create_users(self) -> None:
-        """First signup becomes the admin; the admin adds a normal user."""
+        """First signup becomes the admin; the admin adds two normal users."""
         name, email, password = ADMIN
         with self._client() as c:
             r = c.post(
@@ -251,15 +263,17 @@ class OpenWebUI:
             a = r.json()
         self.admin = OwuiUser(a["id"], email, name, a["role"], password, a["token"])
         assert self.admin.role == "admin", a
-        name, email, password = USER
         with self._client(self.admin.token) as c:
-            r = c.post(
-                "/api/v1/auths/add",
-                json={"name": name, "email": email, "password": password, "role": "user"},
-            )
-            r.raise_for_status()
-            u = r.json()
-        self.user = OwuiUser(u["id"], email, name, u["role"], password, u["token"])
+            added = []
+            for name, email, password in (USER, OTHER):
+                r = c.post(
+                    "/api/v1/auths/add",
+                    json={"name": name, "email": email, "password": password, "role": "user"},
+                )
+                r.raise_for_status()
+                u = r.json()
+                added.append(OwuiUser(u["id"], email, name, u["role"], password, u["token"]))
+        self.user, self.other = added
 
     # -- per test (async: called from inside trio tests) --------------------------------
 
@@ -337,6 +351,58 @@ class OpenWebUI:
                 json={"id": model_id, "name": name or model_id, "access_grants": grants},
             )
             r.raise_for_status()
+
+    async def chat(self, user: OwuiUser, chat_id: str) -> dict[str, Any]:
+        """A stored chat as Open WebUI keeps it (``GET /api/v1/chats/{id}``)."""
+        async with self._aclient(user.token) as c:
+            r = await c.get(f"/api/v1/chats/{chat_id}")
+            r.raise_for_status()
+            data: dict[str, Any] = r.json()
+            return data
+
+    async def chat_tags(self, user: OwuiUser, chat_id: str) -> list[str]:
+        async with self._aclient(user.token) as c:
+            r = await c.get(f"/api/v1/chats/{chat_id}/tags")
+            r.raise_for_status()
+            return [t["name"] for t in r.json()]
+
+    async def file_content(self, user: OwuiUser, file_id: str) -> httpx.Response:
+        """What ``user`` gets for a stored file (``GET /api/v1/files/{id}/content``)."""
+        async with self._aclient(user.token) as c:
+            return await c.get(f"/api/v1/files/{file_id}/content")
+
+    async def install_function(
+        self, function_id: str, source: str, valves: dict[str, Any], *, name: str = ""
+    ) -> None:
+        """Create a Function as the admin, make it active and global, set its valves."""
+        assert self.admin is not None
+        async with self._aclient(self.admin.token) as c:
+            r = await c.post(
+                "/api/v1/functions/create",
+                json={
+                    "id": function_id,
+                    "name": name or function_id,
+                    "content": source,
+                    "meta": {"description": "installed by the browser tests"},
+                },
+            )
+            r.raise_for_status()
+            for toggle in ("toggle", "toggle/global"):
+                r = await c.post(f"/api/v1/functions/id/{function_id}/{toggle}")
+                r.raise_for_status()
+            r = await c.get(f"/api/v1/functions/id/{function_id}")
+            r.raise_for_status()
+            state = r.json()
+            assert state["is_active"] and state["is_global"], state
+            r = await c.post(f"/api/v1/functions/id/{function_id}/valves/update", json=valves)
+            r.raise_for_status()
+
+    async def delete_function(self, function_id: str) -> None:
+        assert self.admin is not None
+        async with self._aclient(self.admin.token) as c:
+            r = await c.delete(f"/api/v1/functions/id/{function_id}/delete")
+            if r.status_code != 404:
+                r.raise_for_status()
 
     def describe(self) -> str:
         return json.dumps(

@@ -9,7 +9,6 @@ the folder the terminal summary names.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -18,30 +17,22 @@ import pytest
 import trio
 
 from gateway.fronts.openwebui import NOTE_START
+from tests.e2e.owui.checks import (
+    LINK_FILES,
+    PRIVATE_NOTE,
+    ask,
+    assistant_messages,
+    eventually,
+    file_for,
+    owned_artifacts,
+    private_link_re,
+    public_link_re,
+    upstream_posts,
+)
 from tests.e2e.owui.conftest import OwuiChain, start_owui_chain
 from tests.helpers import HOST_PATH_RE
 
 pytestmark = pytest.mark.openwebui
-
-PROMPT = "Make me a report"
-
-
-def public_link_re(origin: str) -> re.Pattern[str]:
-    return re.compile(re.escape(origin) + r"/v1/artifacts/[\w-]+\?exp=\d+&sig=[\w.-]+$")
-
-
-def private_link_re(origin: str) -> re.Pattern[str]:
-    return re.compile(re.escape(origin) + r"/v1/artifacts/[\w-]+$")
-
-
-def ask(page: Any, user: Any, model: str) -> Any:
-    """Sign in, pick ``model``, send the prompt, wait for the answer (browser thread)."""
-    page.login(user.email, user.password)
-    page.new_chat(model)
-    page.send(PROMPT)
-    answer = page.wait_answer()
-    page.screenshot(f"{model}-answer")
-    return answer
 
 
 async def test_public_links_open_in_the_browser(
@@ -90,35 +81,149 @@ async def test_public_links_open_in_the_browser(
             assert r.content == by_name[name].read_bytes(), text
 
 
-async def test_private_link_opens_for_its_owner(
-    nursery: trio.Nursery, tmp_path: Path, openwebui: Any, browser: Any, chat_page: Any
+async def test_private_links_open_for_their_owner_only(
+    nursery: trio.Nursery,
+    tmp_path: Path,
+    openwebui: Any,
+    browser: Any,
+    chat_page: Any,
+    open_page: Any,
 ) -> None:
-    # the gateway verifies the browser's Open WebUI session against this origin
+    """Private mode, identity from forwarded headers, ``proxy.openwebui_url`` set (the
+    gateway verifies the browser's Open WebUI session): every link opens for its owner
+    and for nobody else, and the note's share links make a working public link."""
     chain = await start_owui_chain(
         nursery, tmp_path, openwebui, proxy={"openwebui_url": openwebui.url}
     )
     files = chain.files
-    user = openwebui.user
+    user, other = openwebui.user, openwebui.other
 
-    def scenario() -> tuple[Any, Any]:
+    def owner_clicks() -> tuple[Any, dict[str, Any]]:
         answer = ask(chat_page, user, "demo-private")
-        return answer, chat_page.click_link("report.pdf")
+        return answer, {text: chat_page.click_link(text) for text in LINK_FILES}
 
-    answer, opened = await browser.run(scenario)
+    answer, opened = await browser.run(owner_clicks)
 
     link_re = private_link_re(chain.gateway.url)
-    assert answer.links, answer.text
     shares = [link for link in answer.links if link.href.endswith("/share")]
+    links = {link.text: link.href for link in answer.links if link not in shares}
+    assert set(links) == set(LINK_FILES), answer.links
     for link in answer.links:
         assert link_re.match(link.href.removesuffix("/share")), link.href
-    # the note is true and its share links are the way to make a public one
-    assert "open only for you" in answer.text and "signed in to Open WebUI" in answer.text
-    assert {s.text for s in shares} == {"report.pdf", "results.csv", "plot.png", "résumé 2026.txt"}
-    # what the owner sees when clicking the link in Open WebUI: the file
-    assert opened.download is not None, (
-        f"the owner clicked a private link and got HTTP {opened.status}: {opened.body_text[:300]}"
+    assert HOST_PATH_RE.search(answer.text) is None, answer.text
+    # the owner gets each file by clicking its link, byte for byte the file on disk
+    for text, got in opened.items():
+        assert got.download is not None, (
+            f"the owner clicked {text!r} and got HTTP {got.status}: {got.body_text[:300]}"
+        )
+        assert got.download == file_for(files, text).read_bytes(), text
+        assert got.filename == file_for(files, text).name
+
+    # the note is there, and true: only for this user, in this browser, and shareable
+    assert PRIVATE_NOTE in answer.text and "signed in to Open WebUI" in answer.text
+    assert {s.text for s in shares} == {p.name for p in files.in_root}
+
+    def other_user_opens() -> dict[str, Any]:
+        page = open_page(openwebui.url, "other-user")
+        page.login(other.email, other.password)
+        return {text: page.open_url(href, f"other-{text}") for text, href in links.items()}
+
+    def share_and_open() -> tuple[str, str, Any, Any]:
+        public, said = chat_page.share("report.pdf")
+        fresh = open_page(openwebui.url, "no-session")  # no cookie, no key
+        opened = fresh.open_url(public, "public")
+        return public, said, opened, fresh.open_url(links["report.pdf"], "private")
+
+    # a second Open WebUI user, signed in in another browser: nothing, the 404 page
+    for text, got in (await browser.run(other_user_opens)).items():
+        assert got.download is None, f"{other.email} downloaded {text!r}"
+        assert got.status == 404, (text, got.status, got.body_text[:200])
+        assert "No such file" in got.body_text, got.body_text
+
+    public, said, public_opened, private_opened = await browser.run(share_and_open)
+    assert "report.pdf" in said and "opens for anyone who has it" in said, said
+    assert public_link_re(chain.gateway.url).match(public), public
+    assert public_opened.download == files.report_pdf.read_bytes(), public_opened
+    # while the private link still needs the session
+    assert private_opened.download is None and private_opened.status == 401, private_opened
+    assert "Sign in to open this file" in private_opened.body_text
+
+
+async def test_private_image_renders_for_its_owner(
+    nursery: trio.Nursery, tmp_path: Path, openwebui: Any, browser: Any, chat_page: Any
+) -> None:
+    """``![the chart](private link)``: the browser loads the ``<img>`` from the gateway
+    with the Open WebUI session cookie, so the owner sees the picture, not "Image
+    unavailable"."""
+    chain = await start_owui_chain(
+        nursery, tmp_path, openwebui, proxy={"openwebui_url": openwebui.url}
     )
-    assert opened.download == files.report_pdf.read_bytes()
+
+    def scenario() -> tuple[Any, list[dict[str, Any]]]:
+        ask(chat_page, openwebui.user, "demo-image", "Show me the chart")
+        images = chat_page.content_images()
+        chat_page.screenshot("image-loaded")
+        return chat_page.read_answer(), images
+
+    answer, images = await browser.run(scenario)
+    assert len(images) == 1, (images, answer.html)
+    assert private_link_re(chain.gateway.url).match(images[0]["src"]), images
+    assert images[0]["loaded"] and images[0]["width"] == 4, images  # the demo's 4x4 PNG
+    assert "Image unavailable" not in answer.text, answer.text
+    assert HOST_PATH_RE.search(answer.html) is None, answer.html
+
+
+async def test_background_tasks_get_file_names_only(
+    nursery: trio.Nursery, tmp_path: Path, openwebui: Any, browser: Any, chat_page: Any
+) -> None:
+    """Open WebUI's title, tags and follow-ups (``stream: false``, a ``### Task:``
+    prompt) go through the proxy too: their answers name the files, with no link, no
+    markdown link syntax and no note, and nothing is minted for them."""
+    chain = await start_owui_chain(nursery, tmp_path, openwebui)
+    user = openwebui.user
+    owner = "openwebui:" + user.id
+
+    def scenario() -> tuple[Any, str]:
+        answer = ask(chat_page, user, "demo-private")
+        return answer, chat_page.chat_id()
+
+    answer, chat_id = await browser.run(scenario)
+
+    # tags are the last task Open WebUI runs (follow-ups, title, tags): once they are
+    # stored, every task has been answered
+    async def tags() -> list[str]:
+        return list(await openwebui.chat_tags(user, chat_id))
+
+    tag_names = await eventually(tags, "Open WebUI stored the chat's tags")
+    title = await browser.run(chat_page.sidebar_title, chat_id)
+    await browser.run(chat_page.screenshot, "title-in-sidebar")
+    stored = await openwebui.chat(user, chat_id)
+    follow_ups = [f for m in assistant_messages(stored) for f in m.get("followUps") or []]
+
+    assert title == "Report in report.pdf", title  # the demo's title, the path made a name
+    assert stored["chat"]["title"] == title, stored["chat"]["title"]
+    shown = [title, *tag_names, *follow_ups]
+    assert any("results.csv" in t for t in tag_names), tag_names
+    assert any("résumé 2026.txt" in f for f in follow_ups), follow_ups
+    for text in shown:
+        assert "http" not in text and "](" not in text and "/v1/artifacts" not in text, text
+        assert PRIVATE_NOTE not in text and "_These links" not in text, text
+        assert HOST_PATH_RE.search(text) is None, text
+
+    chats, tasks = upstream_posts(chain)
+    assert len(chats) == 1, chats
+    assert len(tasks) >= 3, tasks  # title, tags, follow-ups
+    for body in tasks:
+        assert body["stream"] is False, body
+        assert body["messages"][-1]["content"].startswith("### Task:")
+    # the owner's artifacts are exactly the chat answer's links: none for the tasks
+    answer_ids = {
+        m.group(1)
+        for link in answer.links
+        if (m := private_link_re(chain.gateway.url).match(link.href))
+    }
+    assert len(answer_ids) == len(chain.files.in_root), answer.links
+    assert {a["id"] for a in await owned_artifacts(chain, owner)} == answer_ids
 
 
 async def test_next_turn_gives_the_agent_its_paths_back(
@@ -140,9 +245,8 @@ async def test_next_turn_gives_the_agent_its_paths_back(
 
     # the upstream's view of the second turn; background tasks (title, tags, follow-ups)
     # reach it too, as one user message holding Open WebUI's "### Task:" prompt
-    bodies = [e["body"] for e in chain.upstream.app.demo_log if e["method"] == "POST"]
-    chats = [b for b in bodies if not str(b["messages"][-1]["content"]).startswith("### Task:")]
-    assert len(chats) == 2, bodies
+    chats, _tasks = upstream_posts(chain)
+    assert len(chats) == 2, chats
     history = chats[1]["messages"]
     assert [m["role"] for m in history][-3:] == ["user", "assistant", "user"], history
     previous = history[-2]["content"]
