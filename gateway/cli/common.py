@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 
@@ -28,6 +29,34 @@ def help_text(summary: str, *examples: str, details: str = "") -> dict[str, Any]
         "epilog": label + "\n" + "\n".join(f"  {e}" for e in examples) if examples else None,
         "formatter_class": argparse.RawDescriptionHelpFormatter,
     }
+
+
+Subparsers = argparse._SubParsersAction  # the type add_subparsers returns
+
+
+def command_group(
+    sub: Subparsers[argparse.ArgumentParser], name: str, summary: str, *examples: str
+) -> Subparsers[argparse.ArgumentParser]:
+    """``gateway NAME COMMAND``: a command of subcommands; returns where they go."""
+    group = sub.add_parser(name, **help_text(summary, *examples))
+    return group.add_subparsers(dest=f"{name}_command", required=True, metavar="COMMAND")
+
+
+def subcommand(
+    group: Subparsers[argparse.ArgumentParser],
+    name: str,
+    func: Callable[[argparse.Namespace], int],
+    summary: str,
+    *examples: str,
+    details: str = "",
+    config: bool = True,
+) -> argparse.ArgumentParser:
+    """One subcommand running ``func``, with its help and (``config``) ``--config``."""
+    parser = group.add_parser(name, **help_text(summary, *examples, details=details))
+    if config:
+        add_config_option(parser)
+    parser.set_defaults(func=func)
+    return parser
 
 
 def add_config_option(parser: argparse.ArgumentParser, what: str | None = None) -> None:

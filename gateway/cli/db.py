@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from gateway.cli.common import add_config_option, err, help_text
+from gateway.cli.common import Subparsers, command_group, err, subcommand
 from gateway.errors import ConfigError
 
 
@@ -103,32 +103,26 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0 if check.ok else 1
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    db = sub.add_parser(
+def register(sub: Subparsers[argparse.ArgumentParser]) -> None:
+    group = command_group(
+        sub,
         "db",
-        **help_text(
-            "upgrade or check the state store (SQLite or PostgreSQL)",
-            "gateway db check --config gateway.toml",
-            "gateway db upgrade --config gateway.toml",
-        ),
+        "upgrade or check the state store (SQLite or PostgreSQL)",
+        "gateway db check --config gateway.toml",
+        "gateway db upgrade --config gateway.toml",
     )
-    dsub = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
-    upgrade = dsub.add_parser(
+    subcommand(
+        group,
         "upgrade",
-        **help_text(
-            "apply missing schema migrations (PostgreSQL: before a rolling restart)",
-            "gateway db upgrade --config gateway.toml",
-        ),
+        _cmd_upgrade,
+        "apply missing schema migrations (PostgreSQL: before a rolling restart)",
+        "gateway db upgrade --config gateway.toml",
     )
-    add_config_option(upgrade)
-    upgrade.set_defaults(func=_cmd_upgrade)
-    check = dsub.add_parser(
+    check = subcommand(
+        group,
         "check",
-        **help_text(
-            "report backend, schema version, connectivity and writability (exit 0 or 1)",
-            "gateway db check --config gateway.toml --json",
-        ),
+        _cmd_check,
+        "report backend, schema version, connectivity and writability (exit 0 or 1)",
+        "gateway db check --config gateway.toml --json",
     )
-    add_config_option(check)
     check.add_argument("--json", action="store_true", help="one JSON object")
-    check.set_defaults(func=_cmd_check)

@@ -13,7 +13,7 @@ import argparse
 import datetime as dt
 from typing import Any
 
-from gateway.cli.common import add_config_option, err, help_text
+from gateway.cli.common import Subparsers, command_group, err, subcommand
 
 
 def _signer(args: argparse.Namespace) -> tuple[Any, Any, Any]:
@@ -80,43 +80,35 @@ def _cmd_retire(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    keys = sub.add_parser(
+def register(sub: Subparsers[argparse.ArgumentParser]) -> None:
+    group = command_group(
+        sub,
         "keys",
-        **help_text(
-            "the keys that sign public links: list, rotate, retire",
-            "gateway keys list --config gateway.toml",
-            "gateway keys rotate --config gateway.toml",
-        ),
+        "the keys that sign public links: list, rotate, retire",
+        "gateway keys list --config gateway.toml",
+        "gateway keys rotate --config gateway.toml",
     )
-    ksub = keys.add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
-    listing = ksub.add_parser(
+    subcommand(
+        group,
         "list",
-        **help_text(
-            "show each key's kid, creation time and whether it signs (never the secret)",
-            "gateway keys list --config gateway.toml",
-        ),
+        _cmd_list,
+        "show each key's kid, creation time and whether it signs (never the secret)",
+        "gateway keys list --config gateway.toml",
     )
-    add_config_option(listing)
-    listing.set_defaults(func=_cmd_list)
-    rotate = ksub.add_parser(
+    subcommand(
+        group,
         "rotate",
-        **help_text(
-            "add a new signing key; links signed with older keys keep working",
-            "gateway keys rotate --config gateway.toml",
-        ),
+        _cmd_rotate,
+        "add a new signing key; links signed with older keys keep working",
+        "gateway keys rotate --config gateway.toml",
     )
-    add_config_option(rotate)
-    rotate.set_defaults(func=_cmd_rotate)
-    retire = ksub.add_parser(
+    retire = subcommand(
+        group,
         "retire",
-        **help_text(
-            "delete an older key: the public links it signed stop working at once",
-            "gateway keys retire 3f9a1c0e --config gateway.toml",
-        ),
+        _cmd_retire,
+        "delete an older key: the public links it signed stop working at once",
+        "gateway keys retire 3f9a1c0e --config gateway.toml",
     )
     retire.add_argument(
         "kid", metavar="KID", help="the kid of the key to delete (see `gateway keys list`)"
     )
-    add_config_option(retire)
-    retire.set_defaults(func=_cmd_retire)

@@ -115,32 +115,28 @@ async def start_run() -> Response:
     return json_response({"run_id": rec.id, "object": "run", "status": rec.status}, 202)
 
 
-@bp.get(ROUTE + "/<run_id>")
-async def get_run(run_id: str) -> Response:
-    st = current()
-    caller = authenticate()
-    rec = await st.runs.get(run_id, caller.owner, kind="run")
+async def _summary_response(st: GatewayState, run_id: str, owner: str) -> Response:
+    """The run as ``GET /v1/runs/{id}`` shows it (its journal read when needed)."""
+    rec = await st.runs.get(run_id, owner, kind="run")
     events = (
         await st.runs.read_events(rec.id, 0, st.runs.max_events + 10)
         if _needs_events(rec)
         else None
     )
     return json_response(summary(rec, events))
+
+
+@bp.get(ROUTE + "/<run_id>")
+async def get_run(run_id: str) -> Response:
+    return await _summary_response(current(), run_id, authenticate().owner)
 
 
 @bp.post(ROUTE + "/<run_id>/stop")
 async def stop_run(run_id: str) -> Response:
     st = current()
-    caller = authenticate()
-    rec = await st.runs.get(run_id, caller.owner, kind="run")
-    await st.runs.stop(rec)
-    rec = await st.runs.get(run_id, caller.owner, kind="run")
-    events = (
-        await st.runs.read_events(rec.id, 0, st.runs.max_events + 10)
-        if _needs_events(rec)
-        else None
-    )
-    return json_response(summary(rec, events))
+    owner = authenticate().owner
+    await st.runs.stop(await st.runs.get(run_id, owner, kind="run"))
+    return await _summary_response(st, run_id, owner)
 
 
 @bp.get(ROUTE + "/<run_id>/events")
