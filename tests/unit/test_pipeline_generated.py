@@ -21,7 +21,7 @@ the run's SSE. Properties, for every body and every split:
   the one-shot rewrite of what the pipeline consumed;
 - nothing raises except the :class:`GatewayError` that ends a stream.
 
-CI runs 8,000 bodies (and 320 through the real relay), ~45 s of CPU; ``-m slow`` runs
+CI runs 10,000 bodies (and 400 through the real relay), ~55 s of CPU; ``-m slow`` runs
 10^6 (``GATEWAY_PIPELINE_EXAMPLES`` and ``GATEWAY_PIPELINE_SOAK_EXAMPLES`` change them).
 """
 
@@ -48,7 +48,7 @@ from tests import pathgen, pipegen
 from tests.pipegen import Body, Trace
 
 CI = settings(
-    max_examples=int(os.environ.get("GATEWAY_PIPELINE_EXAMPLES", "8000")),
+    max_examples=int(os.environ.get("GATEWAY_PIPELINE_EXAMPLES", "10000")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
