@@ -30,7 +30,8 @@ GATEWAY_NOTES: tuple[re.Pattern[str], ...] = (NOTE_PATTERN,)
 
 def link_pattern(base_url: str) -> re.Pattern[str]:
     base = re.escape(base_url.rstrip("/"))
-    url = base + r"/v1/artifacts/(?P<id>[A-Za-z0-9_-]{16,64})(?:\?[^\s)\]>\"'`]*)?"
+    # a share page's URL is the file's too (".../share", in a note or pasted)
+    url = base + r"/v1/artifacts/(?P<id>[A-Za-z0-9_-]{16,64})(?:/share)?(?:\?[^\s)\]>\"'`]*)?"
     return re.compile(
         r"\[(?:[^\[\]\n]|\\[\[\]]){0,300}\]\(<?"
         + f"(?P<md>{url})"
@@ -75,20 +76,19 @@ def _texts(content: Any) -> list[str]:
 
 
 def _has_note(m: dict[str, Any]) -> bool:
-    return m.get("role") == "assistant" and any(
-        note.search(text) for text in _texts(m.get("content")) for note in GATEWAY_NOTES
-    )
+    return any(note.search(text) for text in _texts(m.get("content")) for note in GATEWAY_NOTES)
 
 
-def _rewrite_text(text: str, pattern: re.Pattern[str], paths: dict[str, str], notes: bool) -> str:
+def _rewrite_text(text: str, pattern: re.Pattern[str], paths: dict[str, str]) -> str:
     def sub(match: re.Match[str]) -> str:
         artifact_id = match.group("id") or match.group("bare")
         path = paths.get(artifact_id)
         return match.group(0) if path is None else path
 
-    if notes:  # first: a note's share links are not links to map back
-        for note in GATEWAY_NOTES:
-            text = note.sub("", text)
+    # first the notes, in any role: Open WebUI's title, tag and follow-up prompts quote
+    # the chat history (notes included) inside a user message
+    for note in GATEWAY_NOTES:
+        text = note.sub("", text)
     if paths:
         text = pattern.sub(sub, text)
     return text
@@ -97,13 +97,12 @@ def _rewrite_text(text: str, pattern: re.Pattern[str], paths: dict[str, str], no
 def _rewrite_message(
     m: dict[str, Any], pattern: re.Pattern[str], paths: dict[str, str]
 ) -> dict[str, Any]:
-    notes = m.get("role") == "assistant"
     content = m.get("content")
     if isinstance(content, str):
-        return {**m, "content": _rewrite_text(content, pattern, paths, notes)}
+        return {**m, "content": _rewrite_text(content, pattern, paths)}
     if isinstance(content, list):
         parts = [
-            {**p, "text": _rewrite_text(p["text"], pattern, paths, notes)}
+            {**p, "text": _rewrite_text(p["text"], pattern, paths)}
             if isinstance(p, dict) and isinstance(p.get("text"), str)
             else p
             for p in content

@@ -647,6 +647,28 @@ async def test_non_streaming_background_request(chain: Chain, mode: str) -> None
     assert listing.json()["data"] == []
 
 
+async def test_a_task_prompt_quoting_the_chat_gets_paths_and_no_note(chain: Chain) -> None:
+    """Open WebUI's title/tags/follow-up prompts quote the chat history, the private
+    note included, inside one user message: the upstream gets the owner's files as
+    their paths again and no note; a note's share links are not made into paths with
+    "/share" on the end."""
+    async with chain.proxy.client(key=None) as c:
+        first = await owui_stream(c, owui_body(), owui_headers(USER_A))
+        assert_private_note(first.content, expected=True)
+        task = (
+            "### Task:\nGenerate a concise title.\n<chat_history>\nUSER: make me a report"
+            f"\nASSISTANT: {first.content}\n</chat_history>"
+        )
+        body = {"model": "demo", "messages": [{"role": "user", "content": task}], "stream": False}
+        resp = await c.post(CHAT, json=body, headers=owui_headers(USER_A))
+    assert resp.status_code == 200, resp.text
+    sent = [e for e in chain.upstream.app.demo_log if e["path"] == "/v1/chat/completions"]
+    quoted = sent[-1]["body"]["messages"][0]["content"]
+    assert NOTE_START.strip() not in quoted and "/share" not in quoted
+    assert "/v1/artifacts/" not in quoted
+    assert str(chain.files.report_pdf) in quoted  # the agent's own path again
+
+
 # --------------------------------------------------------------------------- disconnect
 
 
