@@ -28,11 +28,25 @@ from gateway.fronts.chat import ChatEncoder
 from gateway.rewrite import md_escape
 from gateway.sse import encode_json
 
-__all__ = ["NOTE_PATTERN", "OpenWebUIEncoder", "private_note"]
+__all__ = ["NOTE_PATTERN", "OpenWebUIEncoder", "ends_with_note", "private_note"]
 
 NOTE_START = "\n\n_These links open only for you"
 #: the note in a conversation sent back (the gateway removes it before the upstream)
 NOTE_PATTERN = re.compile(re.escape(NOTE_START) + r"[^\n]*_")
+
+
+def ends_with_note(messages: list[Any]) -> bool:
+    """Whether the conversation's last message is an answer of ours that ends with the
+    note: Open WebUI's "Continue Response" appends the new text to it."""
+    last = messages[-1] if messages else None
+    if not isinstance(last, dict) or last.get("role") != "assistant":
+        return False
+    content = last.get("content")
+    if not isinstance(content, str):
+        return False
+    text = content.rstrip()
+    start = text.rfind(NOTE_START)
+    return start >= 0 and NOTE_PATTERN.fullmatch(text, start) is not None
 
 
 def _share_url(url: str) -> str:
@@ -53,8 +67,11 @@ def private_note(artifacts: list[dict[str, Any]]) -> str:
 class OpenWebUIEncoder(ChatEncoder):
     """A chat stream for Open WebUI: no named events or tool calls, a note, ``files``."""
 
-    def __init__(self, model: str, mode: str) -> None:
+    def __init__(self, model: str, mode: str, *, after_note: bool = False) -> None:
         super().__init__(relay_named=False, usage_on_finish=True)
+        #: the answer continues a message that ends with a note ("Continue Response"):
+        #: Open WebUI appends to it, so the new text starts a paragraph of its own
+        self.after_note = after_note
         self.meta = Meta(
             id="chatcmpl-" + secrets.token_hex(12), created=int(time.time()), model=model
         )
@@ -62,7 +79,8 @@ class OpenWebUIEncoder(ChatEncoder):
         self.files: list[dict[str, Any]] = []
 
     def start(self) -> bytes:
-        return self.encode([Role(0, "assistant"), Text(0, "content", "")])
+        lead = "\n\n" if self.after_note else ""
+        return self.encode([Role(0, "assistant"), Text(0, "content", lead)])
 
     def encode(self, events: list[Event]) -> bytes:
         kept: list[Event] = []

@@ -36,7 +36,7 @@ from gateway import __version__
 from gateway.config import Config
 from gateway.errors import AuthError, GatewayError, RequestError, UpstreamError
 from gateway.fronts.chat import SAMPLING_KEYS, validate_chat_body
-from gateway.fronts.openwebui import OpenWebUIEncoder
+from gateway.fronts.openwebui import OpenWebUIEncoder, ends_with_note
 from gateway.openwebui import OpenWebUI, owner_for_user
 from gateway.proxy.delivery import Delivery
 from gateway.proxy.identity import Identity, identify, identity_hint, requested_mode
@@ -248,7 +248,7 @@ async def _stream(ps: ProxyState, body: dict[str, Any], ident: Identity, mode: s
         max_path_chars=cfg.limits.max_path_chars,
         delivery=_delivery(ps, ident, owner),
     )
-    front = OpenWebUIEncoder(body["model"], mode)
+    front = OpenWebUIEncoder(body["model"], mode, after_note=ends_with_note(body["messages"]))
     relay: Relay[Any, Any, bytes] = Relay(source, stage, front, ps.relay_options())
     return sse_response(ChannelBody(relay))
 

@@ -669,6 +669,25 @@ async def test_a_task_prompt_quoting_the_chat_gets_paths_and_no_note(chain: Chai
     assert str(chain.files.report_pdf) in quoted  # the agent's own path again
 
 
+async def test_continue_response_starts_after_the_note(chain: Chain) -> None:
+    """Open WebUI's "Continue Response" sends the answer (note included) as the last
+    message and appends the new text to it: the new text starts a paragraph of its
+    own, so the note keeps its italics; the upstream sees no note."""
+    async with chain.proxy.client(key=None) as c:
+        first = await owui_stream(c, owui_body(), owui_headers(USER_A))
+        assert_private_note(first.content, expected=True)
+        body = owui_body("demo-long")
+        body["messages"] = [*MESSAGES, {"role": "assistant", "content": first.content}]
+        more = await owui_stream(c, body, owui_headers(USER_A))
+        plain = await owui_stream(c, owui_body("demo-long"), owui_headers(USER_A))
+    assert not more.errors
+    assert more.content.startswith("\n\n") and more.content[2:] == plain.content
+    assert not plain.content.startswith("\n")  # only a continuation gets the break
+    sent = [e for e in chain.upstream.app.demo_log if e["path"] == "/v1/chat/completions"]
+    answer = sent[-2]["body"]["messages"][-1]["content"]
+    assert NOTE_START.strip() not in answer
+
+
 # --------------------------------------------------------------------------- disconnect
 
 
