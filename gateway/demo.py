@@ -33,6 +33,9 @@ try; Ctrl-C drains and exits. No configuration file is read."""
 EXAMPLE_ARGS = ("", " --port 18642 --upstream-port 19000 --proxy-port 18653 --log-format json")
 
 
+#: connections per server in the demo (a production server's default is 16,384)
+DEMO_MAX_CONNECTIONS = 1024
+
 def demo_config(
     base: Path,
     *,
@@ -149,7 +152,12 @@ def serve_demo(*, port: int = 8642, upstream_port: int = 9000, proxy_port: int =
 
         trio.run(
             lambda: run_until_signalled(
-                apps, drain_timeout=cfg.server.drain_timeout_seconds, on_ready=ready
+                apps,
+                drain_timeout=cfg.server.drain_timeout_seconds,
+                on_ready=ready,
+                # a demo for one person: no warning that the host's descriptor limit
+                # would not hold 16,384 streams
+                max_connections=DEMO_MAX_CONNECTIONS,
             )
         )
         return 0

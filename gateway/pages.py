@@ -43,22 +43,26 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def error_page(error: GatewayError, openwebui_url: str = "") -> str:
-    """The page for a refused download (401, 403, 404, 410, ...)."""
+def error_page(error: GatewayError, openwebui_url: str = "", url: str = "") -> str:
+    """The page for a refused download (401, 403, 404, 410, ...); ``url`` is the link."""
     if error.status == 401:
-        where = (
-            f'<a href="{html.escape(openwebui_url, quote=True)}">Open WebUI</a>'
-            if openwebui_url
-            else "Open WebUI"
-        )
         title = "Sign in to open this file"
-        body = (
-            f"<p>This download link opens only for the person it was made for. Sign in to "
-            f"{where} in this browser, then open the link again.</p>"
-            "<p class=small>The link works in the browser where you use Open WebUI, when Open "
-            "WebUI and this gateway share a host name (or one reverse proxy). Programs use "
-            "their API key instead.</p>"
-        )
+        curl = html.escape(f"curl -OJ -H 'Authorization: Bearer <your key>' '{url}'")
+        with_key = f"<p class=small>With an API key of this gateway: <code>{curl}</code></p>"
+        if not openwebui_url:  # no Open WebUI sessions here: keys only
+            body = (
+                "<p>This download link opens only for the person it was made for, with "
+                "their API key.</p>" + with_key
+            )
+        else:
+            where = f'<a href="{html.escape(openwebui_url, quote=True)}">Open WebUI</a>'
+            body = (
+                f"<p>This download link opens only for the person it was made for. Sign in "
+                f"to {where} in this browser, then open the link again.</p>"
+                "<p class=small>The link works in the browser where you use Open WebUI, when "
+                "Open WebUI and this gateway share a host name (or one reverse proxy).</p>"
+                + with_key
+            )
     elif error.status == 404:
         title = "No such file"
         body = (

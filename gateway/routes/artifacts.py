@@ -62,7 +62,9 @@ def browser_errors(
         except GatewayError as exc:
             if not wants_html(request.headers):
                 raise
-            page = error_page(exc, current().config.proxy.openwebui_url)
+            cfg = current().config
+            link = cfg.server.public_base_url.rstrip("/") + request.path  # no Host reflected
+            page = error_page(exc, cfg.proxy.openwebui_url, link)
             resp = _html(exc.status, page)
             if exc.status == 401:
                 resp.headers["WWW-Authenticate"] = 'Bearer realm="artifact-gateway"'

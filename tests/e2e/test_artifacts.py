@@ -361,6 +361,19 @@ async def test_private_link_is_the_owners_only(gw: GW, files: DemoFiles) -> None
     )
 
 
+async def test_a_browser_without_open_webui_sessions_is_told_to_use_a_key(
+    gw: GW, files: DemoFiles
+) -> None:
+    """No ``proxy.openwebui_url``: a private link opened in a browser gets a page that
+    says how to fetch it with a key (not "sign in to Open WebUI", which cannot help)."""
+    url = await mint_one(gw, files.report_pdf)
+    page = await gw.get(url, key=None, Accept="text/html,application/xhtml+xml")
+    assert page.status_code == 401 and page.headers["content-type"].startswith("text/html")
+    assert "Open WebUI" not in page.text
+    assert "curl -OJ -H &#x27;Authorization: Bearer &lt;your key&gt;&#x27;" in page.text
+    assert url in page.text and "Traceback" not in page.text
+
+
 async def test_proxy_asserting_owner_mints_for_that_owner(gw: GW, files: DemoFiles) -> None:
     as_carol = {"X-Gateway-Owner": "openwebui:carol"}
     url = await mint_one(gw, files.plot_png, key=PROXY_KEY, headers=as_carol)
