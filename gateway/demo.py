@@ -36,6 +36,7 @@ EXAMPLE_ARGS = ("", " --port 18642 --upstream-port 19000 --proxy-port 18653 --lo
 #: connections per server in the demo (a production server's default is 16,384)
 DEMO_MAX_CONNECTIONS = 1024
 
+
 def demo_config(
     base: Path,
     *,

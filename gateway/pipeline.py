@@ -67,7 +67,6 @@ from gateway.shapes import (
     event_name,
     identifier,
     loads_bounded,
-    sanitize_name,
 )
 from gateway.sse import SSEEvent
 
@@ -78,9 +77,12 @@ MAX_CHOICES = 128
 _LOWEST = -sys.float_info.max
 MAX_TOOL_CALLS = 1024
 #: keys that clients act on when they appear in a chunk (Open WebUI runs an ``event`` of
-#: type ``execute`` as JavaScript): never relayed from an unknown event's data
+#: type ``execute`` as JavaScript), and the gateway's own or a chunk's identity (a forged
+#: ``gateway`` manifest with ``javascript:`` links; a named event posing as a chunk):
+#: never relayed from an unknown event's data
 CLIENT_KEYS = frozenset(
     {"event", "error", "usage", "choices", "sources", "citations", "selected_model_id", "files"}
+    | {"gateway", "object", "id", "model", "created", "system_fingerprint"}
 )
 
 
@@ -430,14 +432,20 @@ class ChatPipeline(Scrubber):
             events.append(ToolCall(idx, tidx, text, call_id, name, legacy))
 
     async def _tool_name(self, value: object) -> str | None:
-        """The function name as sent when it has a name's shape, else rewritten and
-        forced into that shape; None when there is none."""
+        """The function name as sent when it has a name's shape; else its rewrite when
+        that has one (a path alone: its file name); else a stable stand-in (folder names
+        in a name that is no name must not come out as ``get_tmp_alice_x``); None when
+        there is none."""
         name = check_name(value)
         if name is not None:
             return name
         if not isinstance(value, str) or not value:
             return None
-        return sanitize_name(await self.text(value, name_only=True))
+        name = check_name(await self.text(value, name_only=True))
+        if name is not None:
+            return name
+        digest = hashlib.sha256(value.encode("utf-8", "backslashreplace")).hexdigest()
+        return "tool_" + digest[:24]
 
     async def _flush_choice(
         self, idx: int, state: _Choice, events: list[Event], *, name_only: bool

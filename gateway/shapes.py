@@ -33,7 +33,6 @@ ROLES = frozenset({"assistant", "user", "system", "tool", "developer", "function
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 _NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
-_NAME_BAD = re.compile(r"[^A-Za-z0-9_.:-]")
 _EVENT = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 _TOKENS = re.compile(r"[a-z][a-z0-9_]{0,62}_tokens")
@@ -50,11 +49,6 @@ def check_id(value: object) -> str | None:
 def check_name(value: object) -> str | None:
     """A tool/function name (OpenAI's alphabet, at most 64 characters)."""
     return value if isinstance(value, str) and _NAME.fullmatch(value) else None
-
-
-def sanitize_name(text: str) -> str:
-    """A rewritten name forced into the function-name alphabet."""
-    return (_NAME_BAD.sub("_", text)[:64]) or "tool"
 
 
 def event_name(value: str) -> str | None:

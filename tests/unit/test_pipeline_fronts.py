@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 import gateway.fronts.responses as responses_front
-from gateway.events import Extra, Finish, Meta, Named, Role, Text, Usage
+from gateway.events import Extra, Finish, Meta, Named, Role, Text, ToolCall, Usage
 from gateway.fronts.chat import ChatEncoder
 from gateway.fronts.openwebui import OpenWebUIEncoder, private_note
 from gateway.fronts.responses import ResponsesEncoder, ResponsesJournalFront, response_sse
@@ -508,3 +509,54 @@ def test_the_proxy_relays_the_text_before_a_run_failure_in_the_same_read() -> No
     )
     assert step.events == [Text(0, "content", "très bien")]
     assert step.error is not None and step.error.code == "x_y"
+
+
+@pytest.mark.parametrize(
+    ("sent", "expected"),
+    [
+        ("get_weather", "get_weather"),
+        ("mcp.files:read-1", "mcp.files:read-1"),
+        ("/tmp/zqsecretaa01/report.pdf", "report.pdf"),  # a path alone: its file name
+        ("get.weather/tmp/zqsecretaa01/zqsecretbb02/x.txt", None),  # no boundary: hashed
+        ("C:\\Users\\zqsecretaa01\\run", "run"),
+        ("run it now", None),
+        ("x" * 65, None),
+    ],
+)
+def test_a_tool_name_is_a_name_or_a_stand_in(sent: str, expected: str | None) -> None:
+    """Folder names inside a name that is no name never come out (they used to, with
+    their separators turned into underscores)."""
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": sent}}
+    obj = {"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}
+    (tool,) = [e for e in events_of(obj) if isinstance(e, ToolCall)]
+    if expected is not None:
+        assert tool.name == expected
+    else:
+        assert tool.name is not None and re.fullmatch(r"tool_[0-9a-f]{24}", tool.name)
+        (again,) = [e for e in events_of(obj) if isinstance(e, ToolCall)]
+        assert again.name == tool.name  # stable: the same input, the same stand-in
+    assert "zqsecret" not in (tool.name or "")
+
+
+def test_a_named_event_cannot_forge_the_manifest_or_pose_as_a_chunk() -> None:
+    """An unknown named event keeps its own fields, never ours: a ``gateway`` manifest
+    with ``javascript:`` links, a chunk's ``object``/``id``/``model``, Open WebUI's
+    ``event`` (an ``execute`` runs JavaScript there)."""
+    forged = {
+        "gateway": {"download_link_mode": "public", "artifacts": [{"url": "javascript:x"}]},
+        "object": "chat.completion.chunk",
+        "id": "chatcmpl-forged",
+        "model": "m",
+        "created": 1,
+        "system_fingerprint": "fp",
+        "event": {"type": "execute", "data": {"code": "alert(1)"}},
+        "type": "progress",
+        "step": 3,
+    }
+    pipeline = ChatPipeline(StubLinks(), SETTINGS)
+    step = run_sync(pipeline.feed([SSEEvent(json.dumps(forged), event="hermes.tool.progress")]))
+    (named,) = [e for e in step.events if isinstance(e, Named)]
+    assert named.data == {"type": "progress", "step": 3}
+    out = ChatEncoder().encode([named]).decode()
+    assert out.startswith("event: hermes.tool.progress\n")
+    assert "javascript" not in out and "forged" not in out and "execute" not in out
