@@ -58,7 +58,7 @@ from gateway.store.migrations import (
     newer_message,
     older_message,
 )
-from gateway.store.sqlite import artifact_from_row, artifact_params, run_from_row
+from gateway.store.sql import artifact_from_row, artifact_params, run_from_row
 
 if TYPE_CHECKING:
     import psycopg
