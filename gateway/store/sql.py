@@ -98,6 +98,7 @@ class Dialect:
         param: str,
         true: str,
         false: str,
+        active: str,
         tiebreak: str,
         for_update: str,
         skip_locked: str,
@@ -106,6 +107,7 @@ class Dialect:
         self._words = {
             "true": true,  # boolean literals
             "false": false,
+            "active": active,  # the predicate "this signing key is the active one"
             "tiebreak": tiebreak,  # insertion order among equal timestamps
             "for_update": for_update,  # lock the row read (appended to a SELECT)
             "skip_locked": skip_locked,  # the same, skipping rows another sweep holds
@@ -194,6 +196,11 @@ def run_params(rec: RunRecord) -> tuple[Any, ...]:
     )
 
 
+def _execute(c: Connection, sql: str, params: Sequence[Any] | None) -> Cursor:
+    """``c.execute``, with no parameters at all when there are none (as the drivers like)."""
+    return c.execute(sql) if params is None else c.execute(sql, params)
+
+
 def _placeholders(n: int) -> str:
     return "(" + ", ".join("?" * n) + ")"
 
@@ -233,7 +240,7 @@ class SQLStore(Store, Generic[C]):
     def _notify(self, c: C, run_id: str, what: int | str) -> None:
         """Tell listening instances about run ``run_id`` (a seq, or "stop"); no-op here."""
 
-    def _execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+    def _execute(self, sql: str, params: Sequence[Any]) -> None:
         q = self.dialect.sql(sql)
         self._run(lambda c: c.execute(q, params))
 
@@ -241,13 +248,13 @@ class SQLStore(Store, Generic[C]):
         q = self.dialect.sql(sql)
         return self._run(lambda c: c.execute(q, params).rowcount)
 
-    def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+    def _one(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         q = self.dialect.sql(sql)
-        return self._run(lambda c: c.execute(q, params).fetchone())
+        return self._run(lambda c: _execute(c, q, params).fetchone())
 
-    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    def _all(self, sql: str, params: Sequence[Any] | None = None) -> list[Any]:
         q = self.dialect.sql(sql)
-        return self._run(lambda c: c.execute(q, params).fetchall())
+        return self._run(lambda c: _execute(c, q, params).fetchall())
 
     def _insert_new(self, table: str, columns: str, params: tuple[Any, ...], what: str) -> None:
         sql = f"INSERT INTO {table} ({columns}) VALUES {_placeholders(len(params))}"
@@ -373,7 +380,7 @@ class SQLStore(Store, Generic[C]):
         return None if row is None else base.b64d(row[0])
 
     def active_signing_key(self) -> SigningKey | None:
-        row = self._one("SELECT kid, secret, created FROM signing_keys WHERE active = {true}")
+        row = self._one("SELECT kid, secret, created FROM signing_keys WHERE {active}")
         return None if row is None else SigningKey(row[0], base.b64d(row[1]), int(row[2]), True)
 
     def add_signing_key(self, key: SigningKey) -> None:
@@ -383,7 +390,7 @@ class SQLStore(Store, Generic[C]):
             self._lock_signing_keys(c)
             if c.execute(q("SELECT 1 FROM signing_keys WHERE kid = ?"), (key.kid,)).fetchone():
                 raise ValueError("a key with this kid exists")
-            c.execute(q("UPDATE signing_keys SET active = {false} WHERE active = {true}"))
+            c.execute(q("UPDATE signing_keys SET active = {false} WHERE {active}"))
             c.execute(
                 q(
                     "INSERT INTO signing_keys (kid, secret, created, active)"

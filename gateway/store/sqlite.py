@@ -36,7 +36,15 @@ DB_FILE_NAME = "gateway.sqlite3"
 
 _T = TypeVar("_T")
 
-_SQLITE = Dialect(param="?", true="1", false="0", tiebreak="rowid", for_update="", skip_locked="")
+_SQLITE = Dialect(
+    param="?",
+    true="1",
+    false="0",
+    active="active = 1",
+    tiebreak="rowid",
+    for_update="",  # BEGIN IMMEDIATE already holds the write lock
+    skip_locked="",
+)
 
 
 def _split_sql(script: str) -> list[str]:
