@@ -52,7 +52,7 @@ from gateway.store.migrations import (
     newer_message,
     older_message,
 )
-from gateway.store.sql import Dialect, SQLStore
+from gateway.store.sql import Dialect, Doc, DocKey, DocUpdate, SQLStore
 
 if TYPE_CHECKING:
     import psycopg
@@ -303,15 +303,9 @@ class PostgresStore(SQLStore["psycopg.Connection[Any]"]):
 
     # -- documents -------------------------------------------------------------------------
 
-    def update_json(
-        self,
-        kind: str,
-        owner: str,
-        key: str,
-        fn: Callable[[dict[str, Any] | None], dict[str, Any] | None],
-        *,
-        expires: float | None = None,
-    ) -> dict[str, Any] | None:
+    def _update_doc(self, at: DocKey, fn: DocUpdate, expires: float | None) -> Doc | None:
+        kind, owner, key = at
+
         def tx(c: psycopg.Connection[Any]) -> tuple[bool, dict[str, Any] | None]:
             now = time.time()
             row = c.execute(

@@ -38,6 +38,9 @@ __all__ = [
     "ARTIFACT_COLUMNS",
     "RUN_COLUMNS",
     "Dialect",
+    "Doc",
+    "DocKey",
+    "DocUpdate",
     "SQLStore",
     "artifact_from_row",
     "artifact_params",
@@ -81,6 +84,10 @@ class Connection(Protocol):
 
 C = TypeVar("C", bound=Connection)
 T = TypeVar("T")
+#: a document, its ``(kind, owner, key)`` and :meth:`Store.update_json`'s function
+Doc = dict[str, Any]
+DocKey = tuple[str, str, str]
+DocUpdate = Callable[[Doc | None], Doc | None]
 
 
 class Dialect:
@@ -305,6 +312,21 @@ class SQLStore(Store, Generic[C]):
         text = base.dump_doc(value)
         now = time.time()
         self._execute(UPSERT_DOCUMENT, (kind, owner, key, text, now, now, expires))
+
+    def update_json(
+        self,
+        kind: str,
+        owner: str,
+        key: str,
+        fn: Callable[[dict[str, Any] | None], dict[str, Any] | None],
+        *,
+        expires: float | None = None,
+    ) -> dict[str, Any] | None:
+        return self._update_doc((kind, owner, key), fn, expires)
+
+    def _update_doc(self, at: DocKey, fn: DocUpdate, expires: float | None) -> Doc | None:
+        """:meth:`update_json`: the backends hold the row differently."""
+        raise NotImplementedError
 
     def get_json(self, kind: str, owner: str, key: str) -> dict[str, Any] | None:
         row = self._one(

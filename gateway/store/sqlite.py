@@ -28,7 +28,7 @@ from gateway.store.migrations import (
     SCHEMA_VERSION_SQLITE,
     newer_message,
 )
-from gateway.store.sql import UPSERT_DOCUMENT, Dialect, SQLStore
+from gateway.store.sql import UPSERT_DOCUMENT, Dialect, Doc, DocKey, DocUpdate, SQLStore
 
 __all__ = ["DB_FILE_NAME", "SQLiteStore"]
 
@@ -234,15 +234,9 @@ class SQLiteStore(SQLStore[sqlite3.Connection]):
 
     # -- documents -------------------------------------------------------------------------
 
-    def update_json(
-        self,
-        kind: str,
-        owner: str,
-        key: str,
-        fn: Callable[[dict[str, Any] | None], dict[str, Any] | None],
-        *,
-        expires: float | None = None,
-    ) -> dict[str, Any] | None:
+    def _update_doc(self, at: DocKey, fn: DocUpdate, expires: float | None) -> Doc | None:
+        kind, owner, key = at
+
         def tx(c: sqlite3.Connection) -> dict[str, Any] | None:
             now = time.time()
             row = c.execute(
