@@ -103,6 +103,18 @@ _CONNECT_FAILURES: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 
 
+#: SQLSTATE class (2 characters) or code (all 5), first match wins
+_SQLSTATES: tuple[tuple[str, str], ...] = (
+    ("08", "cannot reach the database"),
+    ("28", "the database refused the credentials"),
+    ("3D000", "the database does not exist"),
+    ("57", "the database is shutting down or cancelled the statement"),
+    ("53", "the database is out of resources (connections, disk or memory)"),
+    ("42501", "the database role lacks a privilege"),
+    ("42", "the database schema does not match (run `gateway db check`)"),
+)
+
+
 def describe_error(exc: BaseException) -> str:
     """One safe sentence about a psycopg/pool failure (no path, host or password)."""
     name = type(exc).__name__
@@ -118,20 +130,9 @@ def describe_error(exc: BaseException) -> str:
             if any(n in text for n in needles):
                 return says
         return "cannot reach the database"
-    if sqlstate.startswith("08"):
-        return "cannot reach the database"
-    if sqlstate.startswith("28"):
-        return "the database refused the credentials"
-    if sqlstate == "3D000":
-        return "the database does not exist"
-    if sqlstate.startswith("57"):
-        return "the database is shutting down or cancelled the statement"
-    if sqlstate.startswith("53"):
-        return "the database is out of resources (connections, disk or memory)"
-    if sqlstate == "42501":
-        return "the database role lacks a privilege"
-    if sqlstate.startswith("42"):
-        return "the database schema does not match (run `gateway db check`)"
+    for code, says in _SQLSTATES:
+        if sqlstate.startswith(code):
+            return says
     return f"the database failed ({name}{' ' + sqlstate if sqlstate else ''})"
 
 
