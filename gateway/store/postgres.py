@@ -40,15 +40,9 @@ from gateway.errors import ConfigError
 from gateway.store import base
 from gateway.store.base import (
     RUNS_CHANNEL,
-    ArtifactRecord,
-    InterruptedRun,
     LeaseLost,
     Notification,
     NotificationSource,
-    RunRecord,
-    SigningKey,
-    Store,
-    StoreCheck,
     StoreError,
 )
 from gateway.store.migrations import (
@@ -58,7 +52,7 @@ from gateway.store.migrations import (
     newer_message,
     older_message,
 )
-from gateway.store.sqlite import artifact_from_row, artifact_params, run_from_row
+from gateway.store.sql import Dialect, Doc, DocKey, DocUpdate, SQLStore
 
 if TYPE_CHECKING:
     import psycopg
@@ -68,15 +62,16 @@ __all__ = ["PostgresStore", "redact_url"]
 
 _T = TypeVar("_T")
 
-_ARTIFACT_COLUMNS = (
-    "id, owner, link_mode, path, filename, device, inode, size, mtime_ns,"
-    " created, expires, revoked, content_type, ctime_ns"
-)
-_RUN_COLUMNS = (
-    "id, owner, kind, model, link_mode, status, created, finished_at, summary,"
-    " holder, lease_expires, last_seq, stop_requested"
-)
 _MIGRATION_LOCK = base.advisory_key("migrations")
+_POSTGRES = Dialect(
+    param="%s",
+    true="TRUE",
+    false="FALSE",
+    active="active",
+    tiebreak="n",  # the identity column that orders ties like SQLite's rowid
+    for_update=" FOR UPDATE",
+    skip_locked=" FOR UPDATE SKIP LOCKED",  # two sweeps split the expired runs
+)
 
 
 def redact_url(url: str) -> str:
@@ -108,6 +103,18 @@ _CONNECT_FAILURES: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 
 
+#: SQLSTATE class (2 characters) or code (all 5), first match wins
+_SQLSTATES: tuple[tuple[str, str], ...] = (
+    ("08", "cannot reach the database"),
+    ("28", "the database refused the credentials"),
+    ("3D000", "the database does not exist"),
+    ("57", "the database is shutting down or cancelled the statement"),
+    ("53", "the database is out of resources (connections, disk or memory)"),
+    ("42501", "the database role lacks a privilege"),
+    ("42", "the database schema does not match (run `gateway db check`)"),
+)
+
+
 def describe_error(exc: BaseException) -> str:
     """One safe sentence about a psycopg/pool failure (no path, host or password)."""
     name = type(exc).__name__
@@ -123,20 +130,9 @@ def describe_error(exc: BaseException) -> str:
             if any(n in text for n in needles):
                 return says
         return "cannot reach the database"
-    if sqlstate.startswith("08"):
-        return "cannot reach the database"
-    if sqlstate.startswith("28"):
-        return "the database refused the credentials"
-    if sqlstate == "3D000":
-        return "the database does not exist"
-    if sqlstate.startswith("57"):
-        return "the database is shutting down or cancelled the statement"
-    if sqlstate.startswith("53"):
-        return "the database is out of resources (connections, disk or memory)"
-    if sqlstate == "42501":
-        return "the database role lacks a privilege"
-    if sqlstate.startswith("42"):
-        return "the database schema does not match (run `gateway db check`)"
+    for code, says in _SQLSTATES:
+        if sqlstate.startswith(code):
+            return says
     return f"the database failed ({name}{' ' + sqlstate if sqlstate else ''})"
 
 
@@ -152,10 +148,13 @@ def _psycopg() -> Any:
     return psycopg, psycopg_pool
 
 
-class PostgresStore(Store):
+class PostgresStore(SQLStore["psycopg.Connection[Any]"]):
     """:class:`~gateway.store.base.Store` on PostgreSQL; safe to call from many threads."""
 
     backend = "postgresql"
+    dialect = _POSTGRES
+    notifies = True
+    unwritable_detail = "the database accepts connections but refuses the test write"
 
     def __init__(
         self,
@@ -224,7 +223,7 @@ class PostgresStore(Store):
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def _run(self, fn: Callable[[psycopg.Connection[Any]], _T], *, tx: bool = False) -> _T:
+    def _call(self, fn: Callable[[psycopg.Connection[Any]], _T], tx: bool) -> _T:
         """``fn(conn)`` on a pooled connection (in one transaction if ``tx``)."""
         pg = self._psycopg
         try:
@@ -237,6 +236,33 @@ class PostgresStore(Store):
             raise _Duplicate() from exc
         except pg.Error as exc:  # the pool's errors (PoolTimeout, PoolClosed) too
             raise StoreError(describe_error(exc)) from exc
+
+    def _run(self, fn: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        return self._call(fn, tx=False)
+
+    def _tx(self, fn: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        return self._call(fn, tx=True)
+
+    def _is_duplicate(self, exc: Exception) -> bool:
+        return isinstance(exc, _Duplicate)
+
+    def _executemany(
+        self, c: psycopg.Connection[Any], sql: str, rows: list[tuple[Any, ...]]
+    ) -> None:
+        if len(rows) == 1:
+            c.execute(sql, rows[0])
+            return
+        with c.cursor() as cur:
+            cur.executemany(sql, rows)
+
+    def _location(self) -> str:
+        return self.location
+
+    def _lock_signing_keys(self, c: psycopg.Connection[Any]) -> None:
+        c.execute("LOCK TABLE signing_keys IN SHARE ROW EXCLUSIVE MODE")
+
+    def _notify(self, c: psycopg.Connection[Any], run_id: str, what: int | str) -> None:
+        c.execute("SELECT pg_notify(%s, %s)", (RUNS_CHANNEL, f"{run_id}:{what}"))
 
     # -- migrations ------------------------------------------------------------------------
 
@@ -271,99 +297,16 @@ class PostgresStore(Store):
                     )
                 return current
 
-            current = self._run(step, tx=True)
+            current = self._tx(step)
             if before is None:
                 before = current
         return (before or 0), self.schema_version()
 
-    # -- artifacts -------------------------------------------------------------------------
-
-    def create_artifact(self, rec: ArtifactRecord) -> None:
-        base.check_artifact(rec)
-        params = artifact_params(rec)
-        try:
-            self._run(
-                lambda c: c.execute(
-                    f"INSERT INTO artifacts ({_ARTIFACT_COLUMNS}) VALUES"
-                    " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                    params,
-                )
-            )
-        except _Duplicate:
-            raise ValueError("an artifact with this id already exists") from None
-
-    def get_artifact(self, artifact_id: str) -> ArtifactRecord | None:
-        row = self._run(
-            lambda c: c.execute(
-                f"SELECT {_ARTIFACT_COLUMNS} FROM artifacts WHERE id = %s", (artifact_id,)
-            ).fetchone()
-        )
-        return None if row is None else artifact_from_row(row)
-
-    def list_artifacts(self, owner: str, *, limit: int = 100) -> list[ArtifactRecord]:
-        base.check_limit(limit)
-        rows = self._run(
-            lambda c: c.execute(
-                f"SELECT {_ARTIFACT_COLUMNS} FROM artifacts WHERE owner = %s"
-                " ORDER BY created DESC, n DESC LIMIT %s",
-                (owner, limit),
-            ).fetchall()
-        )
-        return [artifact_from_row(row) for row in rows]
-
-    def revoke_artifact(self, artifact_id: str, owner: str) -> bool:
-        count = self._run(
-            lambda c: (
-                c.execute(
-                    "UPDATE artifacts SET revoked = TRUE WHERE id = %s AND owner = %s",
-                    (artifact_id, owner),
-                ).rowcount
-            )
-        )
-        return count == 1
-
     # -- documents -------------------------------------------------------------------------
 
-    _UPSERT = (
-        "INSERT INTO documents (kind, owner, key, value, created, updated, expires)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s)"
-        " ON CONFLICT (kind, owner, key) DO UPDATE SET"
-        " value = excluded.value, updated = excluded.updated, expires = excluded.expires"
-    )
+    def _update_doc(self, at: DocKey, fn: DocUpdate, expires: float | None) -> Doc | None:
+        kind, owner, key = at
 
-    def put_json(
-        self,
-        kind: str,
-        owner: str,
-        key: str,
-        value: dict[str, Any],
-        *,
-        expires: float | None = None,
-    ) -> None:
-        text = base.dump_doc(value)
-        now = time.time()
-        self._run(lambda c: c.execute(self._UPSERT, (kind, owner, key, text, now, now, expires)))
-
-    def get_json(self, kind: str, owner: str, key: str) -> dict[str, Any] | None:
-        now = time.time()
-        row = self._run(
-            lambda c: c.execute(
-                "SELECT value FROM documents WHERE kind = %s AND owner = %s AND key = %s"
-                " AND (expires IS NULL OR expires > %s)",
-                (kind, owner, key, now),
-            ).fetchone()
-        )
-        return None if row is None else base.load_doc(row[0])
-
-    def update_json(
-        self,
-        kind: str,
-        owner: str,
-        key: str,
-        fn: Callable[[dict[str, Any] | None], dict[str, Any] | None],
-        *,
-        expires: float | None = None,
-    ) -> dict[str, Any] | None:
         def tx(c: psycopg.Connection[Any]) -> tuple[bool, dict[str, Any] | None]:
             now = time.time()
             row = c.execute(
@@ -392,219 +335,11 @@ class PostgresStore(Store):
             return inserted == 1, new  # 0: a concurrent first write won; retry under its lock
 
         while True:
-            done, doc = self._run(tx, tx=True)
+            done, doc = self._tx(tx)
             if done:
                 return doc
 
-    def list_json(
-        self, kind: str, owner: str, *, limit: int = 100
-    ) -> list[tuple[str, dict[str, Any]]]:
-        base.check_limit(limit)
-        now = time.time()
-        rows = self._run(
-            lambda c: c.execute(
-                "SELECT key, value FROM documents WHERE kind = %s AND owner = %s"
-                " AND (expires IS NULL OR expires > %s)"
-                " ORDER BY updated DESC, n DESC LIMIT %s",
-                (kind, owner, now, limit),
-            ).fetchall()
-        )
-        return [(key, base.load_doc(text)) for key, text in rows]
-
-    def delete_json(self, kind: str, owner: str, key: str) -> bool:
-        count = self._run(
-            lambda c: (
-                c.execute(
-                    "DELETE FROM documents WHERE kind = %s AND owner = %s AND key = %s",
-                    (kind, owner, key),
-                ).rowcount
-            )
-        )
-        return count == 1
-
-    def purge_expired(self, now: float | None = None) -> int:
-        at = time.time() if now is None else now
-        return self._run(
-            lambda c: (
-                c.execute(
-                    "DELETE FROM documents WHERE expires IS NOT NULL AND expires <= %s", (at,)
-                ).rowcount
-            )
-        )
-
-    # -- signing keys ----------------------------------------------------------------------
-
-    def init_signing(self, keys: Sequence[SigningKey], principal_salt: bytes) -> bool:
-        base.check_signing_seed(keys, principal_salt)
-
-        def tx(c: psycopg.Connection[Any]) -> bool:
-            c.execute("LOCK TABLE signing_keys IN SHARE ROW EXCLUSIVE MODE")
-            had = (
-                c.execute("SELECT 1 FROM signing_keys LIMIT 1").fetchone()
-                or c.execute("SELECT 1 FROM settings WHERE name = 'principal_salt'").fetchone()
-            )
-            if had:
-                return False
-            c.execute(
-                "INSERT INTO settings (name, value) VALUES ('principal_salt', %s)",
-                (base.b64e(principal_salt),),
-            )
-            with c.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO signing_keys (kid, secret, created, active)"
-                    " VALUES (%s, %s, %s, %s)",
-                    [(k.kid, base.b64e(k.secret), k.created, k.active) for k in keys],
-                )
-            return True
-
-        return self._run(tx, tx=True)
-
-    def principal_salt(self) -> bytes | None:
-        row = self._run(
-            lambda c: c.execute(
-                "SELECT value FROM settings WHERE name = 'principal_salt'"
-            ).fetchone()
-        )
-        return None if row is None else base.b64d(row[0])
-
-    def list_signing_keys(self) -> list[SigningKey]:
-        rows = self._run(
-            lambda c: c.execute(
-                "SELECT kid, secret, created, active FROM signing_keys ORDER BY n"
-            ).fetchall()
-        )
-        return [SigningKey(r[0], base.b64d(r[1]), int(r[2]), bool(r[3])) for r in rows]
-
-    def get_signing_key(self, kid: str) -> bytes | None:
-        row = self._run(
-            lambda c: c.execute("SELECT secret FROM signing_keys WHERE kid = %s", (kid,)).fetchone()
-        )
-        return None if row is None else base.b64d(row[0])
-
-    def active_signing_key(self) -> SigningKey | None:
-        row = self._run(
-            lambda c: c.execute(
-                "SELECT kid, secret, created FROM signing_keys WHERE active"
-            ).fetchone()
-        )
-        return None if row is None else SigningKey(row[0], base.b64d(row[1]), int(row[2]), True)
-
-    def add_signing_key(self, key: SigningKey) -> None:
-        def tx(c: psycopg.Connection[Any]) -> None:
-            c.execute("LOCK TABLE signing_keys IN SHARE ROW EXCLUSIVE MODE")
-            if c.execute("SELECT 1 FROM signing_keys WHERE kid = %s", (key.kid,)).fetchone():
-                raise ValueError("a key with this kid exists")
-            c.execute("UPDATE signing_keys SET active = FALSE WHERE active")
-            c.execute(
-                "INSERT INTO signing_keys (kid, secret, created, active) VALUES (%s, %s, %s, TRUE)",
-                (key.kid, base.b64e(key.secret), key.created),
-            )
-
-        self._run(tx, tx=True)
-
-    def retire_signing_key(self, kid: str) -> None:
-        def tx(c: psycopg.Connection[Any]) -> None:
-            c.execute("LOCK TABLE signing_keys IN SHARE ROW EXCLUSIVE MODE")
-            row = c.execute("SELECT active FROM signing_keys WHERE kid = %s", (kid,)).fetchone()
-            if row is None:
-                raise ValueError("unknown kid")
-            if row[0]:
-                raise ValueError("cannot retire the active key; rotate first")
-            c.execute("DELETE FROM signing_keys WHERE kid = %s", (kid,))
-
-        self._run(tx, tx=True)
-
     # -- run journal -----------------------------------------------------------------------
-
-    def create_run(self, rec: RunRecord) -> None:
-        base.check_run(rec)
-        params = (
-            rec.id,
-            rec.owner,
-            rec.kind,
-            rec.model,
-            rec.link_mode,
-            rec.status,
-            rec.created,
-            rec.finished_at,
-            base.dump_doc(rec.summary),
-            rec.holder,
-            rec.lease_expires,
-            0,
-            rec.stop_requested,
-        )
-        try:
-            self._run(
-                lambda c: c.execute(
-                    f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES"
-                    " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                    params,
-                )
-            )
-        except _Duplicate:
-            raise ValueError("a run with this id already exists") from None
-
-    def get_run(self, run_id: str, owner: str) -> RunRecord | None:
-        row = self._run(
-            lambda c: c.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = %s AND owner = %s", (run_id, owner)
-            ).fetchone()
-        )
-        return None if row is None else run_from_row(row)
-
-    @staticmethod
-    def _held(c: psycopg.Connection[Any], run_id: str, holder: str) -> int:
-        """Lock the run row; its ``last_seq`` if ``holder`` holds it unfinished, else LeaseLost."""
-        row = c.execute(
-            "SELECT last_seq FROM runs WHERE id = %s AND holder = %s AND finished_at IS NULL"
-            " FOR UPDATE",
-            (run_id, holder),
-        ).fetchone()
-        if row is None:
-            raise LeaseLost("This instance no longer holds the run's lease.")
-        return int(row[0])
-
-    @staticmethod
-    def _insert_events(
-        c: psycopg.Connection[Any], run_id: str, encoded: list[tuple[int, str]], now: float
-    ) -> None:
-        if len(encoded) == 1:
-            seq, text = encoded[0]
-            c.execute(
-                "INSERT INTO run_events (run_id, seq, event, created) VALUES (%s, %s, %s, %s)",
-                (run_id, seq, text, now),
-            )
-            return
-        with c.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO run_events (run_id, seq, event, created) VALUES (%s, %s, %s, %s)",
-                [(run_id, seq, text, now) for seq, text in encoded],
-            )
-
-    @staticmethod
-    def _notify(c: psycopg.Connection[Any], run_id: str, seq: int) -> None:
-        c.execute("SELECT pg_notify(%s, %s)", (RUNS_CHANNEL, f"{run_id}:{seq}"))
-
-    def update_run(
-        self,
-        run_id: str,
-        holder: str,
-        *,
-        status: str | None = None,
-        summary: dict[str, Any] | None = None,
-    ) -> None:
-        base.check_update_status(status)
-        text = None if summary is None else base.dump_doc(summary)
-
-        def tx(c: psycopg.Connection[Any]) -> None:
-            self._held(c, run_id, holder)
-            c.execute(
-                "UPDATE runs SET status = COALESCE(%s, status), summary = COALESCE(%s, summary)"
-                " WHERE id = %s",
-                (status, text, run_id),
-            )
-
-        self._run(tx, tx=True)
 
     #: the hot path (one call per upstream read): lock the run row if this holder holds
     #: it unfinished, insert the events if they follow ``last_seq``, move ``last_seq``
@@ -661,112 +396,6 @@ class PostgresStore(Store):
         if not row[1]:
             raise ValueError(f"run event seq {first} does not follow {row[0]}")
 
-    def read_run_events(
-        self, run_id: str, after_seq: int, limit: int = 1000
-    ) -> list[dict[str, Any]]:
-        base.check_limit(limit)
-        rows = self._run(
-            lambda c: c.execute(
-                "SELECT event FROM run_events WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s",
-                (run_id, after_seq, limit),
-            ).fetchall()
-        )
-        return [base.load_doc(r[0]) for r in rows]
-
-    def finish_run(
-        self,
-        run_id: str,
-        status: str,
-        summary: dict[str, Any],
-        holder: str,
-        events: Sequence[dict[str, Any]] = (),
-    ) -> None:
-        base.check_finish_status(status)
-        text = base.dump_doc(summary)
-
-        def tx(c: psycopg.Connection[Any]) -> None:
-            last = self._held(c, run_id, holder)
-            encoded = base.encode_events(events, last)
-            now = time.time()
-            if encoded:
-                self._insert_events(c, run_id, encoded, now)
-            seq = encoded[-1][0] if encoded else last
-            c.execute(
-                "UPDATE runs SET status = %s, summary = %s, finished_at = %s, holder = NULL,"
-                " lease_expires = NULL, last_seq = %s WHERE id = %s",
-                (status, text, now, seq, run_id),
-            )
-            self._notify(c, run_id, seq)
-
-        self._run(tx, tx=True)
-
-    def renew_run_lease(self, run_id: str, holder: str, until: float) -> bool:
-        count = self._run(
-            lambda c: (
-                c.execute(
-                    "UPDATE runs SET lease_expires = %s"
-                    " WHERE id = %s AND holder = %s AND finished_at IS NULL",
-                    (until, run_id, holder),
-                ).rowcount
-            )
-        )
-        return count == 1
-
-    def request_run_stop(self, run_id: str, owner: str) -> bool:
-        def tx(c: psycopg.Connection[Any]) -> bool:
-            count = c.execute(
-                "UPDATE runs SET stop_requested = COALESCE(stop_requested, %s)"
-                " WHERE id = %s AND owner = %s AND finished_at IS NULL",
-                (time.time(), run_id, owner),
-            ).rowcount
-            if count == 1:
-                c.execute("SELECT pg_notify(%s, %s)", (RUNS_CHANNEL, f"{run_id}:stop"))
-            return count == 1
-
-        return self._run(tx, tx=True)
-
-    def run_stop_requested(self, run_id: str) -> bool:
-        row = self._run(
-            lambda c: c.execute(
-                "SELECT stop_requested IS NOT NULL FROM runs WHERE id = %s", (run_id,)
-            ).fetchone()
-        )
-        return bool(row and row[0])
-
-    def interrupt_expired_runs(self, now: float) -> list[InterruptedRun]:
-        def tx(c: psycopg.Connection[Any]) -> list[InterruptedRun]:
-            rows = c.execute(
-                "SELECT id, owner, last_seq FROM runs"
-                " WHERE finished_at IS NULL AND lease_expires IS NOT NULL AND lease_expires < %s"
-                " ORDER BY lease_expires LIMIT 500 FOR UPDATE SKIP LOCKED",
-                (now,),
-            ).fetchall()
-            done: list[InterruptedRun] = []
-            for run_id, owner, last in rows:
-                seq = int(last) + 1
-                event = base.interrupted_event(run_id, seq)
-                self._insert_events(c, run_id, [(seq, base.dump_doc(event))], now)
-                c.execute(
-                    "UPDATE runs SET status = 'interrupted', finished_at = %s, holder = NULL,"
-                    " lease_expires = NULL, last_seq = %s WHERE id = %s",
-                    (now, seq, run_id),
-                )
-                self._notify(c, run_id, seq)
-                done.append(InterruptedRun(run_id, owner, seq))
-            return done
-
-        return self._run(tx, tx=True)
-
-    def purge_runs(self, finished_before: float) -> int:
-        return self._run(
-            lambda c: (
-                c.execute(
-                    "DELETE FROM runs WHERE finished_at IS NOT NULL AND finished_at < %s",
-                    (finished_before,),
-                ).rowcount
-            )
-        )
-
     # -- coordination ----------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -791,43 +420,6 @@ class PostgresStore(Store):
 
     def open_notifications(self, channels: Sequence[str]) -> NotificationSource | None:
         return _Listener(self._psycopg, self._url, channels, self._timeout)
-
-    # -- health, lifetime ------------------------------------------------------------------
-
-    def check_writable(self) -> bool:
-        try:
-            self._run(
-                lambda c: c.execute(
-                    "INSERT INTO heartbeat (id, at) VALUES (1, %s)"
-                    " ON CONFLICT (id) DO UPDATE SET at = excluded.at",
-                    (time.time(),),
-                )
-            )
-        except StoreError:
-            return False
-        return True
-
-    def check(self) -> StoreCheck:
-        t0 = time.perf_counter()
-        try:
-            version: int | None = self.schema_version()
-            reachable, detail = True, ""
-        except StoreError as exc:
-            version, reachable, detail = None, False, exc.message
-        latency = (time.perf_counter() - t0) * 1000 if reachable else None
-        writable = reachable and self.check_writable()
-        if reachable and not writable:
-            detail = "the database accepts connections but refuses the test write"
-        return StoreCheck(
-            "postgresql",
-            self.location,
-            version,
-            EXPECTED_VERSION,
-            reachable,
-            writable,
-            latency,
-            detail,
-        )
 
     def close(self) -> None:
         with self._close_lock:

@@ -26,7 +26,7 @@ from gateway.store import (
     open_store,
     store_settings,
 )
-from tests.unit.test_store_contract import make_record, new_run
+from tests.unit.test_store_contract import make_record, new_run, together
 
 
 @pytest.fixture
@@ -122,22 +122,7 @@ def test_migrations_are_idempotent(tmp_path: Path) -> None:
 
 
 def test_concurrent_openers_migrate_once(tmp_path: Path) -> None:
-    errors: list[BaseException] = []
-    start = threading.Barrier(6)
-
-    def work() -> None:
-        try:
-            start.wait()
-            open_store(tmp_path).close()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert together([lambda: open_store(tmp_path).close()] * 6) == []
     conn = sqlite3.connect(tmp_path / DB_FILE_NAME)
     assert conn.execute("SELECT COUNT(*) FROM schema_version").fetchone()[0] == EXPECTED_VERSION
     conn.close()

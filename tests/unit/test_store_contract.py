@@ -9,9 +9,12 @@ for real.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -32,6 +35,27 @@ from tests.conftest import Backend
 @pytest.fixture
 def store(backend: Backend) -> Store:
     return backend.open()
+
+
+def together(targets: Sequence[Callable[[], object]]) -> list[BaseException]:
+    """Run each target in a thread of its own, all released at once by one barrier;
+    what they raised (``[]``: none failed)."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(targets))
+
+    def run(target: Callable[[], object]) -> None:
+        try:
+            start.wait()
+            target()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
 
 
 def make_record(
@@ -231,26 +255,15 @@ def test_update_json_is_atomic_across_instances(backend: Backend) -> None:
     """Two instances x four threads, 25 increments each, half of them racing to create
     the document: every increment lands (a lost update would show as a lower count)."""
     stores = [backend.open(), backend.open()]
-    errors: list[BaseException] = []
-    start = threading.Barrier(8)
 
     def bump(doc: dict[str, Any] | None) -> dict[str, Any]:
         return {"n": (doc or {"n": 0})["n"] + 1}
 
     def work(i: int) -> None:
-        try:
-            start.wait()
-            for _ in range(25):
-                stores[i % 2].update_json("session", "alice", "counter", bump)
-        except BaseException as exc:
-            errors.append(exc)
+        for _ in range(25):
+            stores[i % 2].update_json("session", "alice", "counter", bump)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert together([functools.partial(work, i) for i in range(8)]) == []
     assert stores[0].get_json("session", "alice", "counter") == {"n": 200}
 
 
@@ -318,23 +331,12 @@ def test_signing_seed_once_and_rotate(backend: Backend) -> None:
 def test_concurrent_rotations_keep_one_active_key(backend: Backend) -> None:
     stores = [backend.open(), backend.open()]
     stores[0].init_signing([key("00000000", active=True)], b"s" * 32)
-    errors: list[BaseException] = []
-    start = threading.Barrier(6)
 
     def work(i: int) -> None:
-        try:
-            start.wait()
-            for j in range(5):
-                stores[i % 2].add_signing_key(key(f"{i:04x}{j:04x}", active=True))
-        except BaseException as exc:
-            errors.append(exc)
+        for j in range(5):
+            stores[i % 2].add_signing_key(key(f"{i:04x}{j:04x}", active=True))
 
-    threads = [threading.Thread(target=work, args=(i + 1,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert together([functools.partial(work, i + 1) for i in range(6)]) == []
     keys = stores[1].list_signing_keys()
     assert len(keys) == 31 and sum(k.active for k in keys) == 1
     assert keys[-1].active  # the last one added is the active one
@@ -500,33 +502,16 @@ def test_concurrent_interruption_gives_one_terminal_event(backend: Backend) -> N
         stores[0].create_run(new_run(f"run_{i}", lease_expires=T + i / 10))
         stores[0].append_run_events(f"run_{i}", [ev(1, "run.started")], "A")
     results: list[list[tuple[str, str, int]]] = []
-    errors: list[BaseException] = []
-    start = threading.Barrier(7)
 
     def sweep(i: int) -> None:
-        try:
-            start.wait()
-            results.append([tuple(r) for r in stores[i % 2].interrupt_expired_runs(T + 60)])
-        except BaseException as exc:
-            errors.append(exc)
+        results.append([tuple(r) for r in stores[i % 2].interrupt_expired_runs(T + 60)])
 
     def old_holder() -> None:
-        start.wait()
         for i in range(30):
-            try:
+            with contextlib.suppress(LeaseLost):
                 stores[1].append_run_events(f"run_{i}", [ev(2)], "A")
-            except LeaseLost:
-                pass
-            except BaseException as exc:
-                errors.append(exc)
 
-    threads = [threading.Thread(target=sweep, args=(i,)) for i in range(6)]
-    threads.append(threading.Thread(target=old_holder))
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert together([*(functools.partial(sweep, i) for i in range(6)), old_holder]) == []
     interrupted = [r for batch in results for r in batch]
     assert sorted(r[0] for r in interrupted) == sorted(f"run_{i}" for i in range(30))
     for run_id, _, seq in interrupted:
@@ -601,30 +586,20 @@ def test_records_persist_across_reopen(backend: Backend) -> None:
 
 def test_concurrent_use_from_eight_threads(store: Store) -> None:
     per_thread = 30
-    errors: list[BaseException] = []
-    start = threading.Barrier(8)
 
     def work(n: int) -> None:
-        try:
-            start.wait()
-            owner = f"owner{n}"
-            for i in range(per_thread):
-                store.create_artifact(make_record(f"t{n}-{i}", owner=owner, created=float(i)))
-                store.put_json("run", owner, f"r{i}", {"i": i})
-                assert store.get_artifact(f"t{n}-{i}") is not None
-                assert store.check_writable()
-                if i % 10 == 0:
-                    store.list_artifacts(owner)
-                    store.revoke_artifact(f"t{n}-{i}", owner)
-        except BaseException as exc:
-            errors.append(exc)
+        owner = f"owner{n}"
+        for i in range(per_thread):
+            store.create_artifact(make_record(f"t{n}-{i}", owner=owner, created=float(i)))
+            store.put_json("run", owner, f"r{i}", {"i": i})
+            assert store.get_artifact(f"t{n}-{i}") is not None
+            assert store.check_writable()
+            if i % 10 == 0:
+                store.list_artifacts(owner)
+                store.revoke_artifact(f"t{n}-{i}", owner)
 
-    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
     t0 = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = together([functools.partial(work, n) for n in range(8)])
     assert errors == [], time.monotonic() - t0
     for n in range(8):
         owner = f"owner{n}"

@@ -3,7 +3,6 @@ the migration policy, outages, what error messages may say, NOTIFY."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from gateway.store import (
 )
 from gateway.store.postgres import PostgresStore, redact_url
 from harness.pgcluster import PgCluster
-from tests.unit.test_store_contract import ev, new_run
+from tests.unit.test_store_contract import ev, new_run, together
 
 
 def password_of(url: str) -> str:
@@ -66,27 +65,13 @@ def test_run_refuses_an_empty_database_and_upgrade_migrates(
 
 
 def test_concurrent_upgrades_apply_each_migration_once(pg_empty_url: str, tmp_path: Path) -> None:
-    errors: list[BaseException] = []
     results: list[tuple[int, int]] = []
-    start = threading.Barrier(4)
-
-    def work() -> None:
-        try:
-            s = open_store(tmp_path, pg_empty_url, migrate=False, pool_size=1)
-            try:
-                start.wait()
-                results.append(s.migrate())
-            finally:
-                s.close()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    stores = [open_store(tmp_path, pg_empty_url, migrate=False, pool_size=1) for _ in range(4)]
+    try:
+        assert together([lambda s=s: results.append(s.migrate()) for s in stores]) == []
+    finally:
+        for s in stores:
+            s.close()
     assert all(after == EXPECTED_VERSION for _, after in results)
     s = open_store(tmp_path, pg_empty_url)
     try:
