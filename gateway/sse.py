@@ -38,6 +38,7 @@ from gateway.errors import SSEEventTooLarge
 
 __all__ = [
     "DONE",
+    "UNPAIRED",
     "SSEDecoder",
     "SSEEvent",
     "encode_comment",
@@ -252,6 +253,20 @@ class SSEDecoder:
         )
 
 
+def _replace_unpaired(exc: UnicodeError) -> tuple[str | bytes, int]:
+    if isinstance(exc, UnicodeEncodeError):  # bytes: the UTF-8 codec takes no other str
+        return "\ufffd".encode() * (exc.end - exc.start), exc.end
+    raise exc
+
+
+#: the codec error handler for output: a lone surrogate (from a JSON ``"\ud800"``
+#: upstream) becomes U+FFFD, as a UTF-8 decoder shows a broken sequence, instead of
+#: killing the stream with UnicodeEncodeError (its escape text ``\ud800`` again is
+#: rejected by strict JSON parsers)
+UNPAIRED = "gateway.unpaired"
+codecs.register_error(UNPAIRED, _replace_unpaired)
+
+
 def _require_one_line(what: str, value: str) -> None:
     if "\r" in value or "\n" in value:
         raise ValueError(f"SSE {what} must be a single line without CR or LF")
@@ -274,10 +289,7 @@ def encode_event(data: str, *, event: str | None = None, id: str | None = None) 
         if "\0" in id:
             raise ValueError("SSE id must not contain NUL")
         head += f"id: {id}\n"
-    # backslashreplace: a lone surrogate (from a JSON "\\ud800" upstream) becomes the
-    # escape text \\ud800 again, which is valid inside a JSON string, instead of
-    # killing the stream with UnicodeEncodeError
-    return f"{head}data: {data}\n\n".encode("utf-8", "backslashreplace")
+    return f"{head}data: {data}\n\n".encode("utf-8", UNPAIRED)
 
 
 #: ``json.dumps(obj, ensure_ascii=False, separators=(",", ":"))`` without building an
@@ -291,7 +303,7 @@ def encode_json(obj: object, *, event: str | None = None, id: str | None = None)
     if event is None and id is None:
         # compact JSON never contains a raw CR or LF (strings escape every control
         # character), so the one-line check of encode_event is not needed here
-        return f"data: {data}\n\n".encode("utf-8", "backslashreplace")
+        return f"data: {data}\n\n".encode("utf-8", UNPAIRED)
     return encode_event(data, event=event, id=id)
 
 

@@ -34,6 +34,7 @@ from werkzeug.exceptions import HTTPException
 from gateway.errors import GatewayError, RequestError
 from gateway.logs import log_access
 from gateway.shapes import JSONTooDeep, loads_bounded
+from gateway.sse import UNPAIRED
 
 __all__ = [
     "SSE_HEADERS",
@@ -163,7 +164,7 @@ def sse_response(body: ChannelBody) -> Response:
 
 
 def json_response(obj: Any, status: int = 200) -> Response:
-    body = json.dumps(obj, ensure_ascii=False).encode("utf-8", "backslashreplace")
+    body = json.dumps(obj, ensure_ascii=False).encode("utf-8", UNPAIRED)
     return Response(body, status=status, content_type="application/json")
 
 

@@ -79,6 +79,7 @@ from gateway.pipeline import CLIENT_KEYS, ChatPipeline, PipelineSettings
 from gateway.relay import CANCELLED, Relay, RelayOptions
 from gateway.shapes import FINISH_REASONS, ROLES
 from gateway.sources import SSESource
+from gateway.sse import UNPAIRED
 from tests import pathgen
 
 T = TypeVar("T")
@@ -923,6 +924,11 @@ class Trace:
         return [e for b in self.batches for e in b] + self.final
 
 
+def as_sent(obj: Any) -> Any:
+    """``obj`` as a client reads it back: a lone surrogate goes out as U+FFFD."""
+    return json.loads(json.dumps(obj, ensure_ascii=False).encode("utf-8", UNPAIRED))
+
+
 def run_pipeline(body: Body, splits: Iterable[int] | None = None) -> Trace:
     """The relay's producer loop over ``body`` read in ``splits`` (sync, in memory)."""
     links = StubLinks()
@@ -1624,7 +1630,7 @@ def check_chat(
     seen = check_links([*view.strings, *texts_], trace.links)
     last = view.chunks[-1]
     manifest_urls = {a["url"] for a in last["gateway"]["artifacts"]}
-    assert last["gateway"] == trace.manifest
+    assert last["gateway"] == as_sent(trace.manifest)
     assert seen <= manifest_urls, "a link missing from the manifest"
     if all_links:
         assert seen == manifest_urls, "a manifest entry that no event carries"
@@ -1639,7 +1645,7 @@ def check_chat(
     )
     if trace.terminal == "fail":
         assert trace.error is not None
-        assert last["error"] == trace.error.error_object()
+        assert last["error"] == as_sent(trace.error.error_object())
     else:
         assert "error" not in last and "error" not in reasons
     # every finish reason is on the finish chunk, none before it
@@ -1681,7 +1687,7 @@ def check_responses(raw: bytes, trace: Trace, body: Body) -> list[dict[str, Any]
     ]
     assert types[-1] in RESPONSE_TERMINALS and not RESPONSE_TERMINALS & set(types[:-1])
     final = evs[-1]["response"]
-    assert final["gateway"] == trace.manifest
+    assert final["gateway"] == as_sent(trace.manifest)
     deltas = "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta")
     assert final["output_text"] == deltas
     args: dict[str, list[str]] = {}
@@ -1731,7 +1737,7 @@ def check_runs(raw: bytes, trace: Trace, body: Body, run_id: str) -> list[dict[s
     assert kinds[-1] in RUN_TERMINALS and not RUN_TERMINALS & set(kinds[:-1])
     final = evs[-1]
     output = "".join(e["delta"] for e in evs if e["event"] == "message.delta")
-    assert final["output"] == output and final["gateway"] == trace.manifest
+    assert final["output"] == output and final["gateway"] == as_sent(trace.manifest)
     expected = {"end": "run.completed", "fail": "run.failed", "cancel": "run.cancelled"}
     assert kinds[-1] == expected[trace.terminal]
     if trace.terminal == "fail":

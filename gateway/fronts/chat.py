@@ -31,7 +31,7 @@ from gateway.events import (
     ToolCall,
     Usage,
 )
-from gateway.sse import DONE, encode_comment, encode_json
+from gateway.sse import DONE, UNPAIRED, encode_comment, encode_json
 
 __all__ = [
     "GATEWAY_BODY_KEYS",
@@ -131,7 +131,7 @@ def _add(chunk: _Chunk, ev: Event) -> bool:
         return _add_tool(chunk.choice(ev.choice)["delta"], ev)
     elif type(ev) is Logprobs:
         c = chunk.choice(ev.choice)
-        raw = ev.text.encode("utf-8", "backslashreplace")  # as the text goes on the wire
+        raw = ev.text.encode("utf-8", UNPAIRED)  # as the text goes on the wire
         entry = {"token": ev.text, "logprob": ev.logprob, "bytes": list(raw)}
         entry["top_logprobs"] = []
         c.setdefault("logprobs", {"content": []})["content"].append(entry)
@@ -244,9 +244,9 @@ class ChatEncoder:
         if self._prefix is None:
             head = _JSON.encode(chunk_dict(self.meta, [], {}))[:-3]  # without `[]}`
             head = "data: " + head + '[{"index":0,"delta":{"content":'
-            # backslashreplace as in encode_json: a lone surrogate (a model name from a
-            # JSON "\\ud800") becomes its escape text again instead of failing the stream
-            self._prefix = head.encode("utf-8", "backslashreplace")
+            # as in encode_json: a lone surrogate (a model name from a JSON "\\ud800")
+            # becomes U+FFFD instead of failing the stream
+            self._prefix = head.encode("utf-8", UNPAIRED)
         parts: list[bytes] = []
         texts: list[str] = []
         for ev in (*events, BOUNDARY):
@@ -256,7 +256,7 @@ class ChatEncoder:
                 text = texts[0] if len(texts) == 1 else "".join(texts)
                 texts.clear()
                 self.content.setdefault(0, []).append(text)
-                body = _JSON.encode(text).encode("utf-8", "backslashreplace")
+                body = _JSON.encode(text).encode("utf-8", UNPAIRED)
                 parts.append(self._prefix + body + _FAST_TAIL)
         if parts:
             self._seen.add(0)

@@ -483,11 +483,15 @@ def test_an_upstream_error_is_rewritten_before_it_is_cut() -> None:
 
 def test_a_lone_surrogate_in_the_model_name_does_not_break_the_chat_front() -> None:
     """A JSON "\\ud800" upstream is a lone surrogate in Python: the fast path encoded it
-    strictly and the stream died with UnicodeEncodeError."""
+    strictly and the stream died with UnicodeEncodeError. It goes out as U+FFFD: its
+    escape text again would be rejected by strict JSON parsers."""
     enc = ChatEncoder()
-    out = enc.encode([Meta(id="c-1", model="m\ud800"), Text(0, "content", "hi")])
-    obj = json.loads(out.decode().removeprefix("data: "))
-    assert obj["model"] == "m\ud800" and obj["choices"][0]["delta"]["content"] == "hi"
+    out = enc.encode([Meta(id="c-1", model="m\ud800"), Text(0, "content", "hi\udfff")])
+    assert b"\\ud" not in out and b"\\ud" not in ChatEncoder().encode(
+        [Text(0, "content", "\ud800")]
+    )
+    obj = json.loads(out.decode("utf-8", "strict").removeprefix("data: "))
+    assert obj["model"] == "m\ufffd" and obj["choices"][0]["delta"]["content"] == "hi\ufffd"
 
 
 def test_the_open_webui_front_writes_no_operator_extra_keys() -> None:
