@@ -40,6 +40,8 @@ class HeaderLookup(Protocol):
 
     def get(self, key: str, /) -> str | None: ...
 
+    def getlist(self, key: str, /) -> list[str]: ...
+
 
 def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
@@ -54,6 +56,8 @@ class Authenticator:
         return _digest(token.strip()) in self._by_digest
 
     def authenticate(self, headers: HeaderLookup) -> Caller:
+        if len(headers.getlist("Authorization")) > 1:  # which one would a proxy check?
+            raise AuthError("Send one Authorization header, not several.", code="invalid_api_key")
         auth = headers.get("Authorization") or ""
         scheme, _, token = auth.partition(" ")
         if not auth:

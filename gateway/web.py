@@ -31,7 +31,7 @@ from quart_trio import QuartTrio
 from quart_trio.asgi import TrioASGIHTTPConnection
 from werkzeug.exceptions import HTTPException
 
-from gateway.errors import GatewayError, RequestError
+from gateway.errors import AuthError, GatewayError, RequestError
 from gateway.logs import log_access
 from gateway.shapes import JSONTooDeep, loads_bounded
 from gateway.sse import UNPAIRED
@@ -178,7 +178,10 @@ def error_response(exc: GatewayError) -> Response:
 
 
 def bearer_token(headers: Any) -> str | None:
-    """The token of ``Authorization: Bearer <token>``; None when absent or malformed."""
+    """The token of ``Authorization: Bearer <token>``; None when absent or malformed;
+    several Authorization headers are refused (401 ``invalid_api_key``)."""
+    if len(headers.getlist("Authorization")) > 1:
+        raise AuthError("Send one Authorization header, not several.", code="invalid_api_key")
     auth = headers.get("Authorization") or ""
     scheme, _, token = auth.partition(" ")
     token = token.strip()

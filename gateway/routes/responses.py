@@ -169,9 +169,9 @@ async def _background(
 
 
 def _starting_after() -> int:
-    raw = request.args.get("starting_after", "-1")
-    if raw == "-1":
-        return -1
+    raw = request.args.get("starting_after")
+    if raw is None:
+        return -1  # from the first event
     if not (raw.isascii() and raw.isdigit()) or len(raw) > 12:
         raise RequestError(
             "'starting_after' must be an event sequence number.", code="invalid_starting_after"

@@ -374,6 +374,18 @@ async def test_a_browser_without_open_webui_sessions_is_told_to_use_a_key(
     assert url in page.text and "Traceback" not in page.text
 
 
+async def test_two_authorization_headers_are_refused(gw: GW, files: DemoFiles) -> None:
+    """Which of two keys counts would depend on the hop that reads them: neither."""
+    url = await mint_one(gw, files.report_pdf)
+    for second in (f"Bearer {ALICE_KEY}", f"Bearer {BOB_KEY}", "Bearer nope"):
+        two = [("Authorization", f"Bearer {ALICE_KEY}"), ("Authorization", second)]
+        r = await gw.client.get(local(url), headers=two)
+        assert_json_error(r, 401, "invalid_api_key")
+        assert "one Authorization header" in r.json()["error"]["message"]
+    r = await gw.client.post("/v1/chat/completions", headers=two, json={"model": "m"})
+    assert_json_error(r, 401, "invalid_api_key")
+
+
 async def test_proxy_asserting_owner_mints_for_that_owner(gw: GW, files: DemoFiles) -> None:
     as_carol = {"X-Gateway-Owner": "openwebui:carol"}
     url = await mint_one(gw, files.plot_png, key=PROXY_KEY, headers=as_carol)

@@ -450,6 +450,13 @@ async def test_background_response_on_b_resumes_on_a(fleet: Fleet, nursery: trio
     assert tail.numbers() == numbers[5:]
     stored = await get_json(b, f"/v1/responses/{rid}")
     assert stored["status"] == "completed" and stored["output_text"] == LONG_TEXT
+    # a sequence number is a non-negative integer: anything else is refused up front
+    async with client(a) as c:
+        for bad in ("-1", "abc", "1e3", " 3", "٣", "9" * 13):
+            q = {"stream": "true", "starting_after": bad}
+            r = await c.get(f"/v1/responses/{rid}", params=q)
+            assert r.status_code == 400, (bad, r.text)
+            assert r.json()["error"]["code"] == "invalid_starting_after"
 
 
 async def test_cancel_on_a_stops_a_background_response_on_b(
