@@ -94,8 +94,15 @@ DEFAULT_DENIED: tuple[str, ...] = (
     ".aws",
     ".config/gcloud",
     ".netrc",
+    ".pgpass",
+    ".git-credentials",
+    ".kube",
     ".env",
+    ".env.*",  # .env.local, .env.production
+    "*.env",  # prod.env
     "id_rsa",
+    "id_dsa",
+    "id_ecdsa",
     "id_ed25519",
 )
 

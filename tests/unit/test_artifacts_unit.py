@@ -154,6 +154,35 @@ def test_inspect_regular_file_records_identity(svc: ArtifactService, root: Path)
     assert svc.inspect(str(root / "a b" / ".." / "a b" / "report.pdf")) == facts
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        ".env",
+        ".env.local",
+        ".ENV.production",
+        "prod.env",
+        ".pgpass",
+        ".git-credentials",
+        "id_ecdsa",
+        "id_dsa",
+        ".kube/config",
+        ".ssh/id_rsa",
+        ".config/gcloud/creds.json",
+    ],
+)
+def test_the_default_deny_list_keeps_secrets_unlinked(
+    tmp_path: Path, clock: Clock, name: str
+) -> None:
+    svc = service(tmp_path, clock)  # the default artifacts.denied
+    f = tmp_path / "artifacts" / "project" / name
+    f.parent.mkdir(parents=True, exist_ok=True)
+    f.write_text("SECRET=1\n")
+    assert svc.inspect(str(f)) is None
+    ok = tmp_path / "artifacts" / "project" / "environment.txt"  # only looks alike: fine
+    ok.write_text("notes\n")
+    assert svc.inspect(str(ok)) is not None
+
+
 def test_inspect_refusals(tmp_path: Path, clock: Clock) -> None:
     svc = service(tmp_path, clock, max_bytes=10, denied=[".ssh", "*.pem", ".config/gcloud"])
     root, outside = tmp_path / "artifacts", tmp_path / "outside"
