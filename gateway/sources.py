@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 import httpx
 import trio
 
+from gateway.errors import UpstreamError
 from gateway.leanbody import LeanBody
 from gateway.sse import SSEDecoder, SSEEvent
 from gateway.upstream import close_quietly, translate
@@ -55,6 +56,11 @@ class SSESource:
         try:
             data = await self._chunks.__anext__()
         except StopAsyncIteration:
+            if self._decoder.cut_event:  # the body ended inside an event: a cut, not an end
+                raise UpstreamError(
+                    "The upstream stream ended in the middle of an event.",
+                    code="upstream_disconnected",
+                ) from None
             self._decoder.close()
             return None
         except Exception as exc:  # httpx and OS errors: translated at this boundary

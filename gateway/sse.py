@@ -170,6 +170,16 @@ class SSEDecoder:
             self._raise_too_large()
         return events  # events completed before the bound was crossed: the error is next
 
+    @property
+    def cut_event(self) -> bool:
+        """Whether the stream so far ends inside an event that carries data (a ``data``
+        line without the blank line after it, or a ``data`` line cut short), other than
+        a lone ``[DONE]``: what a stream cut in the middle looks like."""
+        partial = "".join(self._partial)
+        if self._data:
+            return bool(partial) or self._data != ["[DONE]"]
+        return partial.startswith("data") and partial.partition(":")[2].strip() != "[DONE]"
+
     def close(self) -> list[SSEEvent]:
         """End the stream. An unterminated event is discarded, so this returns ``[]``."""
         if self._failed:

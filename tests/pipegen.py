@@ -798,11 +798,12 @@ def _ending(g: _BodyGen, w: _Writer, ending: str) -> tuple[str, str | None]:
             w.event(_json_text(g, g.chunk()))
         return "completed", None
     if ending == "eof":
-        if g.chance(2):  # an unterminated event: discarded
+        if g.chance(2):  # an unterminated event: the stream was cut in the middle
             w.parts.append(
                 "data: "
                 + _one_line(json.dumps({"choices": [{"delta": {"content": whole_string(g)}}]}))
             )
+            return "failed", "upstream_disconnected"
         return "completed", None
     if ending == "error_chunk":
         msg = maybe(g, lambda: whole_string(g), 4)

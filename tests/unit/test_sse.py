@@ -623,3 +623,25 @@ def test_events_before_an_oversized_one_in_the_same_chunk_are_dispatched() -> No
                 events += [e.data for e in decoder.feed(body[a:b])]
             decoder.close()
         assert events == ["a", "b"], splits
+
+
+@pytest.mark.parametrize(
+    ("body", "cut"),
+    [
+        (b'data: {"a":1}\n\n', False),
+        (b'data: {"a":1}\n\ndata: [DONE]\n', False),  # [DONE] without its blank line
+        (b'data: {"a":1}\n\ndata: [DONE]', False),
+        (b"data: {}\n\n: keepalive", False),  # a comment is no event
+        (b"data: {}\n\nevent: x\n", False),  # no data: nothing to lose
+        (b'data: {"a":1}\n\ndata: {"b"', True),
+        (b'data: {"b":2}\n', True),  # never dispatched
+        (b"data: [DO", True),
+        (b'data: {"b":2}\r\ndata: 3', True),
+    ],
+)
+def test_a_stream_that_ends_inside_an_event_is_a_cut(body: bytes, cut: bool) -> None:
+    for split in range(len(body) + 1):  # the same whatever the reads
+        dec = SSEDecoder(max_event_bytes=1 << 20)
+        dec.feed(body[:split])
+        dec.feed(body[split:])
+        assert dec.cut_event is cut, (body, split)
