@@ -178,6 +178,15 @@ def _error_from_body(
     # MAX_ERROR_BODY), then cut: a path cut short would keep a folder as its "name"
     message = scrub(message)[:500]
     quoted = f" ({message})" if message else ""
+    if status in (404, 405, 501) and not message:
+        # no OpenAI-style error: not a model server's answer about the request, but a
+        # server (or a path) without this route
+        return UpstreamHTTPError(
+            f"The upstream server has no such route (HTTP {status}); check [upstream] "
+            "base_url (OpenAI-compatible servers usually end it in /v1).",
+            code="upstream_bad_response",
+            status=502,
+        )
     if status == 429:
         return UpstreamHTTPError(
             "The upstream model server is rate limiting requests; retry later." + quoted,
@@ -409,15 +418,19 @@ class Upstream:
             raise
         return cache.store(listing, now)
 
-    async def reachable(self, limit_seconds: float = 2.0) -> bool:
-        """Readiness probe: does the upstream answer ``GET /models`` at all?"""
+    async def probe(self, limit_seconds: float = 2.0) -> str:
+        """Readiness probe: ``"ok"`` when the upstream answers ``GET /models`` at all,
+        ``"key refused"`` when it refuses the gateway's key (every request would fail),
+        else ``"unreachable"``."""
         try:
             with trio.move_on_after(limit_seconds):
                 resp = await self._client.get(self.base_url + "/models", timeout=limit_seconds)
-                return resp.status_code < 500
+                if resp.status_code in (401, 403):
+                    return "key refused"
+                return "ok" if resp.status_code < 500 else "unreachable"
         except Exception:
-            return False
-        return False
+            return "unreachable"
+        return "unreachable"
 
     def _json_object(self, resp: httpx.Response, body: bytes, what: str) -> dict[str, Any]:
         """The JSON object of a complete upstream response, or the matching error."""

@@ -22,10 +22,11 @@ async def health() -> Response:
 @bp.get("/health/ready")
 async def ready() -> Response:
     st = current()
-    upstream_ok = await st.upstream.reachable()
+    upstream = await st.upstream.probe()
+    upstream_ok = upstream == "ok"
     store_ok = await trio.to_thread.run_sync(st.store.check_writable)
     checks = {
-        "upstream": "ok" if upstream_ok else "unreachable",
+        "upstream": upstream,
         "store": "ok" if store_ok else "not writable",
         "draining": st.draining.is_set(),
     }

@@ -197,6 +197,40 @@ async def test_a_refused_upstream_key_is_not_the_clients_401(
             assert err["code"] == "upstream_auth_failed" and "[upstream] api_key" in err["message"]
         sync = await c.post(CHAT, json={"model": "m", "messages": MESSAGES})
         assert sync.status_code == 502 and sync.json()["error"]["code"] == "upstream_auth_failed"
+        # not ready: every request would fail, and the check says why
+        ready = await c.get("/health/ready")
+        assert ready.status_code == 503, ready.text
+        assert ready.json()["checks"]["upstream"] == "key refused"
+
+
+async def test_a_base_url_without_the_api_says_so(nursery: trio.Nursery, tmp_path: Path) -> None:
+    """A web server that is not the model server's API (``base_url`` without ``/v1``, a
+    static file server): its HTML 404/405/501 is ``upstream_bad_response`` naming
+    ``base_url``, not an ``upstream_http_404`` a client reads as "no such model"; a JSON
+    404 with a message (vLLM's unknown model) is still passed on."""
+    html = b"<html><body><h1>Error response</h1><p>Error code: 501</p></body></html>"
+    vllm = json.dumps({"error": {"message": "The model `m` does not exist.", "code": 404}})
+
+    def answer(req: httpx.Request) -> Scripted:
+        if b"vllm" in req.content:
+            return Scripted(
+                [vllm.encode()], status=404, headers={"content-type": "application/json"}
+            )
+        status = (501, 404, 405)[len(transport.requests) % 3]
+        return Scripted([html], status=status, headers={"content-type": "text/html"})
+
+    transport = ScriptedTransport(answer)
+    gw = await start_gateway(nursery, make_config(tmp_path, SCRIPTED_URL), transport=transport)
+    async with gw.client() as c:
+        for _ in range(3):
+            resp = await stream(c)
+            assert resp.status_code == 502, resp.text
+            err = resp.json()["error"]
+            assert err["code"] == "upstream_bad_response" and "base_url" in err["message"]
+        listing = await c.get("/v1/models")
+        assert listing.status_code == 502 and "base_url" in listing.json()["error"]["message"]
+        known = await c.post(CHAT, json={"model": "vllm", "messages": MESSAGES})
+        assert known.status_code == 404 and "does not exist" in known.json()["error"]["message"]
 
 
 async def test_models_named_by_their_path(nursery: trio.Nursery, tmp_path: Path) -> None:
