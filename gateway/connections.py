@@ -659,17 +659,36 @@ class GatewayTCPServer(TCPServer):
         await super().protocol_send(event)
 
     async def _send_raw(self, event: RawData) -> None:
+        data: bytes | memoryview = event.data
+        if not self.send_lock.locked():
+            # the common case, a write the socket takes whole at once: one send(2), no
+            # lock, no cancel scopes, no scheduler round trip (nothing can block)
+            raw = _raw_socket(self.stream)
+            if raw is not None and data:
+                try:
+                    sent = raw.send(data)
+                except BlockingIOError:
+                    sent = 0
+                except OSError:
+                    await self.protocol.handle(Closed())
+                    return
+                if sent == len(data):
+                    return
+                data = memoryview(data)[sent:]  # the rest waits for the socket, bounded
+        await self._send_bounded(data)
+
+    async def _send_bounded(self, data: bytes | memoryview) -> None:
         bounds = self._policy.write_bounds
         timed_out = False
         async with self.send_lock:
             try:
                 with trio.CancelScope(shield=True):
                     if bounds is None:
-                        await self.stream.send_all(event.data)
+                        await self.stream.send_all(data)
                     else:
                         # the inner deadline still fires under the outer shield
                         with bounds.scope() as cs:
-                            await self.stream.send_all(event.data)
+                            await self.stream.send_all(data)
                         timed_out = cs.cancelled_caught
             except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
                 await self.protocol.handle(Closed())
@@ -721,6 +740,17 @@ class GatewayTCPServer(TCPServer):
         self._linger_until = trio.current_time() + LINGER_SECONDS
         if self._read_scope is not None:
             self._read_scope.deadline = min(self._read_scope.deadline, self._linger_until)
+
+
+def _raw_socket(stream: object) -> Any:
+    """The OS socket under a plain trio TCP stream that may be written to now, or None
+    (TLS, a stream after ``send_eof``, anything else: the bounded path)."""
+    if type(stream) is not trio.SocketStream:
+        return None
+    tsock: Any = stream.socket
+    if tsock.did_shutdown_SHUT_WR:
+        return None
+    return getattr(tsock, "_sock", None)
 
 
 # --------------------------------------------------------------------------- process level
