@@ -664,7 +664,9 @@ class GatewayTCPServer(TCPServer):
             # the common case, a write the socket takes whole at once: one send(2), no
             # lock, no cancel scopes, no scheduler round trip (nothing can block)
             raw = _raw_socket(self.stream)
-            if raw is not None and data:
+            if raw is not None and not data:
+                return  # the end of a body with a length: nothing to write
+            if raw is not None:
                 try:
                     sent = raw.send(data)
                 except BlockingIOError:
