@@ -450,6 +450,9 @@ class GatewayTCPServer(TCPServer):
     _linger_bytes = 0
     _read_scope: trio.CancelScope | None = None
     _aborted = False
+    _idle_until = math.inf
+    _idle_scope: trio.CancelScope | None = None
+    _idle_done = False
 
     async def run(self) -> None:
         policy = policy_of(self.config)
@@ -498,18 +501,60 @@ class GatewayTCPServer(TCPServer):
                     self.protocol_send,
                 )
                 await self.protocol.initiate()
-                await self.idle_task.restart(self._task_group, self._idle_timeout)
+                self._idle_until = trio.current_time() + self.config.keep_alive_timeout
+                assert task_group._nursery is not None
+                task_group._nursery.start_soon(self._idle_watch)
                 try:
                     await self._read_data()
                 finally:
                     # the client is gone or the connection closes: hypercorn would keep
                     # the socket (CLOSE-WAIT) until its keep-alive timer fired
-                    with trio.CancelScope(shield=True):
-                        await self.idle_task.stop()
+                    self._idle_stop()
         except OSError:
             pass
         finally:
             await self._close(final=True)
+
+    # hypercorn's keep-alive timer is a task started anew for every request (a lock, a
+    # nursery.start, two cancels); here one task per connection waits on a cancel scope
+    # whose deadline moves: idle -> now + keep_alive_timeout, busy -> never.
+
+    async def _idle_watch(self) -> None:
+        terminated = self.context.terminated
+        while not self._idle_done:
+            with trio.CancelScope(deadline=self._idle_until) as scope:
+                self._idle_scope = scope
+                if terminated.is_set():  # stopping: only going idle (deadline now) ends it
+                    await trio.sleep_forever()
+                else:
+                    await terminated.wait()
+            self._idle_scope = None
+            if self._idle_done:
+                return
+            idle = self._idle_until != math.inf
+            if idle and (not scope.cancelled_caught or trio.current_time() >= self._idle_until):
+                break  # idle while the server stops, or idle for too long: close
+        else:
+            return
+        self._idle_done = True
+        with trio.CancelScope(shield=True):
+            await self._initiate_server_close()
+
+    def _idle_set(self, idle: bool) -> None:
+        until = math.inf
+        if idle:
+            now = trio.current_time()
+            until = (
+                now if self.context.terminated.is_set() else now + self.config.keep_alive_timeout
+            )
+        self._idle_until = until
+        if self._idle_scope is not None:
+            self._idle_scope.deadline = until
+
+    def _idle_stop(self) -> None:
+        self._idle_done = True
+        if self._idle_scope is not None:
+            self._idle_scope.cancel()
 
     @property
     def _h11(self) -> GatewayH11Protocol | None:
@@ -656,20 +701,44 @@ class GatewayTCPServer(TCPServer):
                 self._head_started = trio.current_time() if trailing else None
             else:
                 self._head_started = None
+            if self._h11 is not None:  # plain TCP: the one idle task (see _idle_watch)
+                self._idle_set(event.idle)
+                return
         await super().protocol_send(event)
 
     async def _send_raw(self, event: RawData) -> None:
+        data: bytes | memoryview = event.data
+        if not self.send_lock.locked():
+            # the common case, a write the socket takes whole at once: one send(2), no
+            # lock, no cancel scopes, no scheduler round trip (nothing can block)
+            raw = _raw_socket(self.stream)
+            if raw is not None and not data:
+                return  # the end of a body with a length: nothing to write
+            if raw is not None:
+                try:
+                    sent = raw.send(data)
+                except BlockingIOError:
+                    sent = 0
+                except OSError:
+                    await self.protocol.handle(Closed())
+                    return
+                if sent == len(data):
+                    return
+                data = memoryview(data)[sent:]  # the rest waits for the socket, bounded
+        await self._send_bounded(data)
+
+    async def _send_bounded(self, data: bytes | memoryview) -> None:
         bounds = self._policy.write_bounds
         timed_out = False
         async with self.send_lock:
             try:
                 with trio.CancelScope(shield=True):
                     if bounds is None:
-                        await self.stream.send_all(event.data)
+                        await self.stream.send_all(data)
                     else:
                         # the inner deadline still fires under the outer shield
                         with bounds.scope() as cs:
-                            await self.stream.send_all(event.data)
+                            await self.stream.send_all(data)
                         timed_out = cs.cancelled_caught
             except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
                 await self.protocol.handle(Closed())
@@ -721,6 +790,17 @@ class GatewayTCPServer(TCPServer):
         self._linger_until = trio.current_time() + LINGER_SECONDS
         if self._read_scope is not None:
             self._read_scope.deadline = min(self._read_scope.deadline, self._linger_until)
+
+
+def _raw_socket(stream: object) -> Any:
+    """The OS socket under a plain trio TCP stream that may be written to now, or None
+    (TLS, a stream after ``send_eof``, anything else: the bounded path)."""
+    if type(stream) is not trio.SocketStream:
+        return None
+    tsock: Any = stream.socket
+    if tsock.did_shutdown_SHUT_WR:
+        return None
+    return getattr(tsock, "_sock", None)
 
 
 # --------------------------------------------------------------------------- process level

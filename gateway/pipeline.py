@@ -30,11 +30,12 @@ without a path never awaits.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import secrets
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -73,6 +74,8 @@ from gateway.sse import SSEEvent
 __all__ = ["CLIENT_KEYS", "ChatPipeline", "LinkResolver", "PipelineSettings", "Scrubber", "Step"]
 
 MAX_CHOICES = 128
+#: json.loads' own scanner, called directly (see ChatPipeline._plain_delta)
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 #: the lowest log-probability relayed (-Infinity is not JSON)
 _LOWEST = -sys.float_info.max
 MAX_TOOL_CALLS = 1024
@@ -225,7 +228,22 @@ class ChatPipeline(Scrubber):
     async def feed(self, events: list[SSEEvent]) -> Step:
         """The upstream SSE events of one read → events to emit (``done`` at ``[DONE]``)."""
         out: list[Event] = []
+        plain = not self.settings.extra_chunk_keys and not self.settings.logprobs
         for ev in events:
+            if plain and (ev.event == "message" or ev.event == ""):
+                pieces = self._plain_delta(ev.data)
+                if pieces is not None:  # what the general path makes of it, without awaits
+                    if len(pieces) == 1 and type(pieces[0]) is str:
+                        text = pieces[0]
+                    else:
+                        try:
+                            text = await self.render(pieces)
+                        except GatewayError as exc:
+                            return Step(out, error=exc)
+                    if text:
+                        out.append(Text(0, "content", text))
+                        out.append(BOUNDARY)
+                    continue
             try:
                 step = await self.feed_event(ev)
             except GatewayError as exc:
@@ -236,6 +254,47 @@ class ChatPipeline(Scrubber):
             if step.done:
                 return Step(out, done=True)
         return Step(out)
+
+    def _plain_delta(self, data: str) -> list[Piece] | None:
+        """The common event, a content delta of choice 0 and nothing else the pipeline
+        reads (same metadata as the last chunk, no finish, no usage, no error): the
+        pieces of its text from the channel's rewriter, fed synchronously. None (and
+        nothing changed) for any other event: the general path reads it instead.
+
+        Equivalent to :meth:`chunk` for such a chunk: that emits no metadata (unchanged),
+        one text event, nothing else (unknown keys are dropped there too; this path is
+        off when extra keys or log-probabilities are relayed)."""
+        if data[:1] != "{" or data.count("{") + data.count("[") > self.settings.max_json_depth:
+            return None
+        try:  # json.loads without its wrappers (the text starts with "{": no whitespace)
+            obj, end = _SCAN(data, 0)
+        except (StopIteration, ValueError, RecursionError):
+            return None  # not JSON: the general path says what it is
+        if end != len(data) and data[end:].strip(" \t\n\r"):
+            return None
+        if type(obj) is not dict or obj.get("error") or obj.get("usage") is not None:
+            return None
+        choices = obj.get("choices")
+        if type(choices) is not list or len(choices) != 1:
+            return None
+        choice = choices[0]
+        if type(choice) is not dict or choice.get("finish_reason") is not None:
+            return None
+        index = choice.get("index", 0)
+        delta = choice.get("delta")
+        if type(index) is not int or index != 0 or type(delta) is not dict or len(delta) != 1:
+            return None
+        text = delta.get("content")
+        if type(text) is not str or not text:
+            return None
+        meta = (obj.get("id"), obj.get("created"), obj.get("model"), obj.get("system_fingerprint"))
+        if meta != self._meta_raw:
+            return None
+        state = self._choices.get(0)
+        rw = state.channels.get("content") if state is not None and not state.finished else None
+        if rw is None:
+            return None
+        return rw.feed_pieces(text)
 
     async def feed_event(self, ev: SSEEvent) -> Step:
         """One upstream SSE event → events to emit (``done`` at ``[DONE]``).

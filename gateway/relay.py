@@ -121,6 +121,12 @@ class RelayOptions:
     check: Callable[[], GatewayError | None] | None = None
 
 
+class _Nothing:
+    """No item read (yet)."""
+
+
+_NOTHING = _Nothing()
+
 #: outputs the producer may run ahead of the consumer (backpressure beyond it)
 OUT_BUFFER = 16
 
@@ -149,6 +155,7 @@ class Relay(Generic[In, Ev, Out]):
         self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._nursery: trio.Nursery | None = None
         self._read_scope: trio.CancelScope | None = None
+        self._reading = False
         self._stop: tuple[GatewayError | None] | None = None
         self._last_data = 0.0
         self._last_tick = 0.0
@@ -251,7 +258,7 @@ class Relay(Generic[In, Ev, Out]):
         """End the stream early: with ``reason`` (``fail``), or :data:`CANCELLED` (``cancel``)."""
         if self._stop is None:
             self._stop = (reason,)
-        if self._read_scope is not None:
+        if self._read_scope is not None and self._reading:
             self._read_scope.cancel()
 
     async def _watch_drain(self, draining: trio.Event) -> None:
@@ -279,38 +286,58 @@ class Relay(Generic[In, Ev, Out]):
                 pass  # the consumer left
 
     async def _loop(self) -> None:
-        stage, front, on_held = self._stage, self._front, self._opts.on_held
+        # One cancel scope for many reads (a scope per read cost as much as the rest
+        # of a read): stop() cancels it only while a read is pending (``_reading``), so
+        # stage work is never interrupted; an item that came back from a read the
+        # scope was cancelled under is handled outside it.
         while True:
+            item: In | _Nothing | None = _NOTHING
+            with trio.CancelScope() as scope:
+                self._read_scope = scope
+                while self._stop is None:
+                    self._reading = True
+                    try:
+                        item = await self._source.read()
+                    finally:
+                        self._reading = False
+                    if scope.cancel_called:
+                        break
+                    if await self._handle(item):
+                        return
+                    item = _NOTHING
+            self._read_scope = None
+            if not isinstance(item, _Nothing) and await self._handle(item):
+                return
             if self._stop is not None:
                 await self._terminal(self._stop[0])
                 return
-            with trio.CancelScope() as scope:
-                self._read_scope = scope
-                item = await self._source.read()
-            self._read_scope = None
-            if scope.cancelled_caught:
-                continue  # stop() cancelled the read: the loop ends the stream
-            if item is None:
-                await self._terminal("completed")
-                return
-            self._last_data = trio.current_time()
-            self._got_data = True
-            step = await stage.feed(item)
-            if on_held is not None:
-                on_held(getattr(stage, "held_chars", 0))
-            if step.events:
-                await self._push(front.encode(step.events))
-                if self._opts.check is not None:
-                    error = self._opts.check()
-                    if error is not None:
-                        self.stop(error)
-            error = step_error(step)
-            if error is not None:
-                await self._terminal(error)
-                return
-            if step.done:
-                await self._terminal("completed")
-                return
+
+    async def _handle(self, item: In | None) -> bool:
+        """Feed one item through the stage and queue its output; True at the end."""
+        if item is None:
+            await self._terminal("completed")
+            return True
+        self._last_data = trio.current_time()
+        self._got_data = True
+        stage = self._stage
+        step = await stage.feed(item)
+        on_held = self._opts.on_held
+        if on_held is not None:
+            on_held(getattr(stage, "held_chars", 0))
+        if step.events:
+            await self._push(self._front.encode(step.events))
+            if self._opts.check is not None:
+                error = self._opts.check()
+                if error is not None:
+                    self.stop(error)
+        error = step_error(step)
+        if error is not None:
+            await self._terminal(error)
+            return True
+        if step.done:
+            await self._terminal("completed")
+            return True
+        return False
 
     async def _terminal(self, outcome: Outcome) -> None:
         """Flush the stage and write the front's terminal output (once, whatever fails)."""

@@ -13,6 +13,9 @@ def main(argv: list[str] | None = None) -> int:
     rl = sub.add_parser("relay", help="deltas/s direct vs gateway, CPU per delta and per request")
     rl.add_argument("--repeat", type=int, default=3, help="runs per scenario (median, range)")
     rl.add_argument("--quick", action="store_true", help="two scenarios, fewer requests")
+    pr = sub.add_parser("profile", help="py-spy top functions of the gateway while it relays")
+    pr.add_argument("--paced", action="store_true", help="one event per read (20 streams)")
+    pr.add_argument("--top", type=int, default=10, help="functions listed")
     lk = sub.add_parser("links", help="link minting cost and download throughput")
     lk.add_argument("--files", type=int, default=2000, help="distinct files to mint links for")
     lk.add_argument("--mb", type=int, default=50, help="size of the downloaded file")
@@ -35,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
         from harness.bench.relay import main as relay_main
 
         return relay_main(args.repeat, args.quick)
+    if args.what == "profile":
+        from harness.bench.profile import main as profile_main
+
+        return profile_main(args.paced, args.top)
     if args.what == "store":
         from harness.bench.store import main as store_main
 

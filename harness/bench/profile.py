@@ -1,0 +1,100 @@
+"""Where the gateway's CPU goes while it relays: py-spy over the relay benchmark's setup.
+
+``python -m harness.bench profile [--paced] [--top 10]`` starts the relay benchmark's
+three processes (:func:`harness.bench.relay.start`), warms the gateway up, then samples
+it with ``py-spy record --nonblocking`` (from the venv) while the client runs
+``bulk`` (6 streams of 20,000 deltas one after another, 64 events per upstream write)
+or, with ``--paced``, 20 concurrent streams of 1,000 deltas, one event per read. It
+prints the gateway's CPU per delta and the top functions by self time and by
+inclusive time (samples waiting in epoll or on a lock are left out: idle).
+"""
+
+from __future__ import annotations
+
+import collections
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from harness.bench.relay import client, cpu_seconds, start
+
+#: frames that mean the sampled thread was waiting, not working
+_IDLE = ("epoll", "select (selectors", "get_events", "_wait_for_tstate_lock", "wait (threading")
+
+
+def _key(frame: str) -> str:
+    """``func (path/to/file.py:12)`` -> ``func (file.py)``."""
+    if " (" not in frame:
+        return frame
+    name, _, where = frame.partition(" (")
+    return f"{name} ({where.split(':')[0].split('/')[-1]})"
+
+
+def summarize(raw: Path, top: int) -> tuple[int, list[tuple[str, int]], list[tuple[str, int]]]:
+    """Busy samples, top self and top inclusive functions of a py-spy ``raw`` file."""
+    incl: collections.Counter[str] = collections.Counter()
+    own: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        frames = stack.split(";")
+        if any(marker in f for f in frames[-3:] for marker in _IDLE):
+            continue
+        n = int(count)
+        total += n
+        for key in {_key(f) for f in frames}:
+            incl[key] += n
+        own[_key(frames[-1])] += n
+    return total, own.most_common(top), incl.most_common(top * 3)
+
+
+def main(paced: bool = False, top: int = 10) -> int:
+    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if spy is None:
+        print("py-spy is not installed (pip install py-spy)", file=sys.stderr)
+        return 1
+    model, streams, runs = (
+        ("bench-plain-1000-paced", 20, 1) if paced else ("bench-plain-20000-bulk", 1, 6)
+    )
+    deltas = int(model.split("-")[2]) * streams * runs
+    with tempfile.TemporaryDirectory(prefix="relay-profile-") as tmpdir:
+        tmp = Path(tmpdir)
+        p = start(tmp)
+        try:
+            client(p.gw_url, "bench-plain-200-bulk", "--streams", "4")  # warm-up
+            raw = tmp / "gateway.raw"
+            args = ["record", "-p", str(p.gateway.pid), "-o", str(raw), "-f", "raw"]
+            rec = subprocess.Popen(
+                [spy, *args, "-r", "400", "--nonblocking"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            time.sleep(0.5)
+            c0 = cpu_seconds(p.gateway.pid)
+            for _ in range(runs):
+                client(p.gw_url, model, "--streams", str(streams))
+            c1 = cpu_seconds(p.gateway.pid)
+            rec.send_signal(signal.SIGINT)
+            rec.wait(30)
+            total, own, incl = summarize(raw, top)
+        finally:
+            p.stop()
+    what = f"{streams} × {deltas // streams:,} deltas, " + (
+        "one event per read" if paced else "64 events per upstream write"
+    )
+    print(f"gateway profile, {what}: {(c1 - c0) / deltas * 1e6:.1f} µs of CPU per delta")
+    print(f"{total} busy samples; self time:")
+    for name, n in own:
+        print(f"  {100 * n / max(total, 1):5.1f} %  {name}")
+    print("inclusive (below the frames every sample shares):")
+    for name, n in incl:
+        if n >= 0.97 * total:
+            continue
+        print(f"  {100 * n / max(total, 1):5.1f} %  {name}")
+    return 0
