@@ -138,10 +138,27 @@ def run(argv: list[str]) -> int:
     return subprocess.call(argv, cwd=ROOT)
 
 
+RUN_HELP = """usage: python3 dev.py run [--port P] [--upstream-port P] [--proxy-port P]
+                         [--log-format text|json]
+
+Creates .venv (first run), then runs `gateway demo`: a scripted demo upstream, the
+gateway and the Open WebUI runs proxy in one process, no LLM, throw-away state.
+
+  --port P           the gateway (API server) port (default 8642)
+  --upstream-port P  the demo upstream's port (default 9000)
+  --proxy-port P     the Open WebUI runs proxy's port (default 8653)
+  --log-format F     text (default) or json log lines on stderr
+
+Once .venv exists, `python3 dev.py run --help` shows `gateway demo --help`."""
+
+
 def main() -> int:
     cmd = sys.argv[1] if len(sys.argv) > 1 else "help"
     rest = sys.argv[2:]
     if cmd == "run":
+        if {"-h", "--help"} & set(rest) and not PY.exists():
+            print(RUN_HELP)  # help without installing first
+            return 0
         ensure_venv()
         return run([str(BIN / "gateway"), "demo", *rest])
     if cmd == "test":

@@ -97,7 +97,9 @@ def startup_warnings(cfg: Config, role: str) -> list[str]:
 def config_warnings(loaded: LoadedConfig) -> list[str]:
     """Settings that load but will probably not work as meant, one sentence each."""
     cfg = loaded.config
-    out = [*startup_warnings(cfg, "api"), *startup_warnings(cfg, "proxy")]
+    out = startup_warnings(cfg, "api")
+    if any(key.startswith("proxy.") for key in loaded.given):  # a config for the proxy too
+        out += startup_warnings(cfg, "proxy")
     out += _key_warnings(cfg)
     bind_host = parse_bind(cfg.server.bind)[0]
     link_host = _url_host(cfg.server.public_base_url)

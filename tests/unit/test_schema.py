@@ -349,8 +349,13 @@ def test_warnings(tmp_path: Path) -> None:
         config_warnings(inspect_config({"artifacts": {"roots": [str(tmp_path / "no")]}}))
     )
     assert "no [[auth.keys]]" in bare and "the API server will refuse every request" in bare
-    assert "proxy.client_keys is empty" in bare and "proxy.gateway_key is empty" in bare
+    # a config without [proxy] is for `gateway run` alone: nothing about the proxy
+    assert "proxy." not in bare
     assert "is not a directory" in bare
+    with_proxy = {"artifacts": {"roots": [str(tmp_path)]}, "proxy": {"bind": "127.0.0.1:1"}}
+    proxy_text = "\n".join(config_warnings(inspect_config(with_proxy)))
+    assert "proxy.client_keys is empty" in proxy_text
+    assert "proxy.gateway_key is empty" in proxy_text
     user_key = full(tmp_path) | {"proxy": {"gateway_key": ALICE_KEY, "client_keys": [OWUI_KEY]}}
     assert "role = \"user\" key of 'alice'" in "\n".join(config_warnings(inspect_config(user_key)))
     for warning in warnings:
