@@ -341,9 +341,10 @@ def completion_object(
         "created": meta.created,
         "model": meta.model,
         "choices": choices,
-        "usage": usage,
         "gateway": manifest,
     }
+    if usage is not None:  # not invented when the upstream sent none
+        body["usage"] = usage
     if meta.system_fingerprint is not None:
         body["system_fingerprint"] = meta.system_fingerprint
     return body
