@@ -679,6 +679,41 @@ class Clear(NamedTuple):
 
 ScanResult = Found | NeedMore | Overlong | Clear
 
+
+class Memo:
+    """Search results a caller keeps while it scans one and the same buffer.
+
+    ``search``: pattern -> (searched from, first match or None), see :func:`_first`;
+    ``second``: (searched from, first start after whitespace or -1), see
+    :meth:`PathDetector._second_start`. A new buffer needs a new memo."""
+
+    __slots__ = ("search", "second")
+
+    def __init__(self) -> None:
+        self.search: dict[re.Pattern[str], tuple[int, re.Match[str] | None]] = {}
+        self.second: tuple[int, int] | None = None
+
+
+def _first(pat: re.Pattern[str], buf: str, pos: int, memo: Memo | None) -> re.Match[str] | None:
+    """``pat.search(buf, pos)``, memoised per buffer.
+
+    A search from ``p0`` that found its first match at ``m`` (or none) answers every
+    later search from ``p0 <= pos <= m``: the matches of these patterns do not depend
+    on where the search started (look-behinds see the whole buffer). So quoted starts
+    that share one far closer (or one missing closer) cost one search between them,
+    not one each (``](`` repeated 10^5 times was quadratic)."""
+    if memo is None:
+        return pat.search(buf, pos)
+    got = memo.search.get(pat)
+    if got is not None:
+        p0, m = got
+        if p0 <= pos and (m is None or pos <= m.start()):
+            return m
+    m = pat.search(buf, pos)
+    memo.search[pat] = (pos, m)
+    return m
+
+
 _tuple_new = tuple.__new__
 
 
@@ -716,19 +751,20 @@ class OverlongPath:
         if not final and text.endswith("\\"):
             cut = len(text.rstrip("\\"))
             text, self._pending = text[:cut], text[cut:]
+        # brackets only move ``pos``: the text is consumed once, at the end (one
+        # split per feed, not one per bracket: ``((((...`` stays linear)
         pos = 0
         while True:
             m = self._stop.search(text, pos)
             if m is None:
-                self._consume(text[pos:])
+                self._consume(text)
                 return (text[len(text) :], self._finish()) if final else None
             ch = m.group()
             if ch in _OPENERS or (ch in _CLOSER_OF and self._depth > 0):
                 self._depth += 1 if ch in _OPENERS else -1
-                self._consume(text[pos : m.end()])
                 pos = m.end()
                 continue
-            self._consume(text[pos : m.start()])
+            self._consume(text[: m.start()])
             return text[m.start() :], self._finish()
 
     def _consume(self, chunk: str) -> None:
@@ -804,6 +840,7 @@ class PathDetector:
         self._cfg_lower = tuple(r.lower() for r in (*self._posix_roots, *self._win_roots))
         self.max_path_chars = max_path_chars
         self.max_start_chars = max(a.maxlen for a in alts) + 1
+        self._memo_slot: tuple[str | None, Memo] = (None, Memo())
 
     # -- start recognition -------------------------------------------------------
 
@@ -836,7 +873,9 @@ class PathDetector:
                 return i - 1 if i > lo and buf[i - 1] == "`" else i
         return n
 
-    def _start_at(self, buf: str, s: int, final: bool, lo: int = 0) -> ScanResult | None:
+    def _start_at(
+        self, buf: str, s: int, final: bool, lo: int = 0, memo: Memo | None = None
+    ) -> ScanResult | None:
         """Is there a start at ``buf[s]``? Parse the path, hold it, or None.
 
         ``lo``: where the not yet emitted text begins (a code span's opening backtick
@@ -861,7 +900,7 @@ class PathDetector:
         sp = _spelling_of(family, st)
         ctx, closer = self._context(buf, s)
         if closer:
-            res = self._parse_quoted(buf, s, m.end(), family, sp, ctx, closer, final)
+            res = self._parse_quoted(buf, s, m.end(), family, sp, ctx, closer, final, memo)
             if res is not None:
                 return _code_span(buf, s, res) if closer == "`" and s > lo else res
         return self._parse_prose(buf, s, m.end(), family, sp, final)
@@ -873,7 +912,18 @@ class PathDetector:
 
         ``buf[:pos]`` is context only (up to :data:`LOOKBEHIND` characters already
         emitted): it is looked at for boundaries and openers but never reported.
+        The rewriter scans one buffer many times (once per path, from its end):
+        those scans share one :class:`Memo`, which makes scanning the buffer linear.
+        It lives in a one-entry slot keyed by the buffer's identity (a ``str`` never
+        changes), read and replaced as one tuple: rewriters sharing the detector only
+        cost each other a miss.
         """
+        slot = self._memo_slot
+        if slot[0] is buf:
+            memo = slot[1]
+        else:
+            memo = Memo()
+            self._memo_slot = (buf, memo)
         k = pos
         search = _TRIGGER.search
         while True:
@@ -884,11 +934,11 @@ class PathDetector:
             ch = t.group()
             if ch in ":%" and k > pos and buf[k - 1] in _WORD:
                 for i in self._word_starts(buf, k, pos):
-                    res = self._start_at(buf, i, final, pos)
+                    res = self._start_at(buf, i, final, pos, memo)
                     if res is not None:
                         return res
             if ch != ":" and _boundary_at(buf, k):
-                res = self._start_at(buf, k, final, pos)
+                res = self._start_at(buf, k, final, pos, memo)
                 if res is not None:
                     return res
             k += 1
@@ -915,11 +965,14 @@ class PathDetector:
         ctx: Context,
         closer: str,
         final: bool,
+        memo: Memo | None = None,
     ) -> ScanResult | None:
         """A delimited path; None means "read it as prose instead"."""
         limit = start + self.max_path_chars
         ends = sp.quote_end
-        m = (ends.get(closer) or ends[closer[-1]]).search(buf, body, limit + 1)
+        m = _first(ends.get(closer) or ends[closer[-1]], buf, body, memo)
+        if m is not None and m.end() > limit + 1:
+            m = None  # no closer within the bound (so len(buf) > limit): prose
         if m is None:
             if final or len(buf) > limit:
                 return None
@@ -927,17 +980,37 @@ class PathDetector:
         if m.group(1) is None:
             return None
         raw = buf[start : m.end() - 1].rstrip()
-        if self._second_start(raw):
+        if self._second_start(buf, start, start + len(raw), memo):
             return None
         return self._finish(raw, start, body, family, sp, ctx)
 
-    def _second_start(self, raw: str) -> bool:
-        """Does quoted text hold a second path start after whitespace?"""
-        for m in _SECOND_START.finditer(raw):
-            start = self._start.get(raw[m.end()])
-            if start is not None and start.match(raw, m.end()) is not None:
-                return True
-        return False
+    def _second_start(self, buf: str, lo: int, hi: int, memo: Memo | None = None) -> bool:
+        """Does the quoted text ``buf[lo:hi]`` hold a second path start after whitespace?
+
+        The first candidate at or after ``lo`` in the whole buffer is memoised (a
+        later quoted start before it gets the same answer without a rescan); only a
+        candidate whose start runs past ``hi`` is looked at again, within ``hi``."""
+        got = memo.second if memo is not None else None
+        if got is not None and got[0] <= lo and (got[1] < 0 or lo <= got[1]):
+            q = got[1]
+        else:
+            q = self._next_second_start(buf, lo, len(buf))
+            if memo is not None:
+                memo.second = (lo, q)
+        if q < 0 or q >= hi:
+            return False
+        start = self._start[buf[q]]
+        if start.match(buf, q, hi) is not None:
+            return True
+        return self._next_second_start(buf, q + 1, hi) >= 0
+
+    def _next_second_start(self, buf: str, lo: int, hi: int) -> int:
+        """The first start after whitespace in ``buf[lo:hi]`` (-1 if none)."""
+        for m in _SECOND_START.finditer(buf, lo, hi):
+            start = self._start.get(buf[m.end()])
+            if start is not None and start.match(buf, m.end(), hi) is not None:
+                return m.end()
+        return -1
 
     def _parse_prose(
         self, buf: str, start: int, body: int, family: str, sp: _Spelling, final: bool
@@ -957,21 +1030,26 @@ class PathDetector:
         while True:
             m = stop.search(buf, j)
             if m is None:
-                if not final:
-                    return Overlong(start, stop) if n > limit else NeedMore(start)
+                if not final and n <= limit:
+                    return NeedMore(start)
                 end = n
                 break
+            end = m.start()
+            if end > limit:
+                break  # longer than the bound whatever follows: overlong
             ch = m.group()
             if ch in _OPENERS or (ch in _CLOSER_OF and depth > 0):
                 depth += 1 if ch in _OPENERS else -1
                 j = m.end()
                 continue
-            end = m.start()
             break
-        if end - start > self.max_path_chars:
-            done = OverlongPath(stop).feed(buf[start:end], final=True)
-            assert done is not None
-            return Found(start, end, done[1])
+        if end > limit:
+            # at most max_path_chars bracket steps per start; the rest (to the
+            # path's end) is one linear pass of OverlongPath
+            done = OverlongPath(stop).feed(buf[start:], final)
+            if done is None:
+                return Overlong(start, stop)
+            return Found(start, n - len(done[0]), done[1])
         raw = _trim_end(buf[start:end], buf[start - 1] if start else "")
         return self._finish(raw, start, body, family, sp, Context.PROSE)
 
