@@ -111,7 +111,7 @@ DEFAULT_MAX_PATH_CHARS = 4096
 #: the last segment of an overlong path is kept up to this many characters
 MAX_NAME_CHARS = 255
 #: characters before ``pos`` a decision may look at (the rewriter keeps this many)
-LOOKBEHIND = 5
+LOOKBEHIND = 32
 
 
 class Context(Enum):
@@ -271,6 +271,12 @@ def _device_start() -> _P:
     )
 
 
+def _cfg_start(cfg_roots: tuple[str, ...]) -> _P:
+    """A configured root or mount prefix (also behind the firmlink/proc aliases)."""
+    cfg = _alt(*[_segments(r) for r in cfg_roots])
+    return _group("cfg", _seq(_PSEPS, _opt(_seq(_ALIAS_START, _PSEPS)), cfg, _root_end()))
+
+
 def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
     """Every start form, one named alternative per family (longest and most
     specific first: a configured root before the default roots)."""
@@ -281,8 +287,7 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
     schemes = _alt(*[_lit(s) for s in EDITOR_SCHEMES])
     alts = []
     if cfg_roots:
-        cfg = _alt(*[_segments(r) for r in cfg_roots])
-        alts.append(_group("cfg", _seq(_PSEPS, _opt(_seq(_ALIAS_START, _PSEPS)), cfg, _root_end())))
+        alts.append(_cfg_start(cfg_roots))
     share = _look(_ch(r"[\w.$%-]"))
     return [
         *alts,
@@ -336,7 +341,7 @@ _NOT_BOUNDARY = frozenset("/\\.~")
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-")
 _HEX = frozenset("0123456789abcdefABCDEF")
 #: a JSON escape that ends a path (odd backslash run, then ``" n r t b f``)
-_ESC_END = r'(?<!\\)(?:\\\\)*\\(?=["nrtbf])'
+_ESC_END = r'(?<!\\)(?:\\\\)*\\(?=["nrtbf]|u00[01][0-9a-fA-F])'
 #: a plain Windows path: ``\\`` is a separator, never an escape
 _STOP_WIN = re.compile(_STOP_CLASS)
 #: JSON-escaped paths: also JSON escapes (``\\n``, ``\\"``...)
@@ -352,7 +357,9 @@ _DUP_WIN_SEP = re.compile(r"\\(?:\.?\\)+")
 _DRIVE = re.compile(r"/?[A-Za-z]:[\\/]")
 _BACKSLASHES = re.compile(r"\\+")
 _JSON_U = re.compile(r"\\u[0-9a-fA-F]{4}")
-_JSON_ESCAPE = re.compile(r'\\[u"\\/bfnrt]')
+#: a JSON escape that can sit inside a path in JSON text; not ``\b`` ``\t``...: they
+#: would be control characters in a file name (in prose ``a\b.txt`` is a name)
+_JSON_ESCAPE = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/])')
 _TILDE_HEAD = re.compile(r"~[^/\\]*")
 _NON_SEPARATOR = re.compile(r"[^/\\.]")
 _EMPTY_BODY = re.compile(rf"(?:{_PS.full}|{_WS.full}|\.)*", re.IGNORECASE)
@@ -498,20 +505,36 @@ def is_boundary(ch: str) -> bool:
     return True
 
 
+#: a command-line flag glued to its value: ``-I/usr/x``, ``-LC:\\x``, ``--include/x``
+#: (the ``-`` at the start, after whitespace, a quote, ``=``, ``,``, an opener)
+_FLAG_BEFORE = re.compile(r"(?:^|(?<=[\s\"'`(=,;\[{]))--?[A-Za-z]{1,16}\Z")
+#: an ANSI CSI sequence (colours: ``ESC[1;34m``), raw or escaped (``\\u001b``, ``\\x1b``,
+#: ``\\033``, ``\\e``; up to two JSON levels)
+_CSI_BEFORE = re.compile(r"(?:\x1b|\\{1,4}(?:u001[bB]|x1[bB]|033|e))\[[0-9;:?]{0,16}[A-Za-z]\Z")
+
+
 def _boundary_at(buf: str, k: int) -> bool:
-    """May a path start at ``buf[k]``? Also after a JSON ``\\n`` or a ``%XX`` escape."""
+    """May a path start at ``buf[k]``? Also after a JSON ``\\n`` or a ``%XX`` escape,
+    a glued command-line flag (``-I``), an ANSI colour code, markdown ``~~``."""
     if k == 0:
         return True
     ch = buf[k - 1]
     if ch in _NOT_BOUNDARY:
-        return False
+        return ch == "~" and k >= 2 and buf[k - 2] == "~"  # ~~strikethrough~~
     if not ch.isalnum() or _spaceless_script(ch):
         return True
     if k >= 2 and buf[k - 2] == "\\" and ch in "nrtbf":
         return True
-    if k < 3 or ch not in _HEX or buf[k - 2] not in _HEX:
+    if k >= 3 and ch in _HEX and buf[k - 2] in _HEX:
+        if buf[k - 3] == "%" or (k >= 5 and buf[k - 5 : k - 2] == "%25"):
+            return True
+    if not ("a" <= ch <= "z" or "A" <= ch <= "Z"):
         return False
-    return buf[k - 3] == "%" or (k >= 5 and buf[k - 5 : k - 2] == "%25")
+    lo = max(0, k - 20)
+    if buf.find("-", lo, k) >= 0 and _FLAG_BEFORE.search(buf, lo, k) is not None:
+        return True
+    lo = max(0, k - 28)
+    return buf.find("[", lo, k) >= 0 and _CSI_BEFORE.search(buf, lo, k) is not None
 
 
 # --- normal form and names -------------------------------------------------------
@@ -621,10 +644,13 @@ def file_name(path: str) -> str:
 
 def _trim_end(raw: str, before: str) -> str:
     """Give trailing sentence punctuation back; after ``_`` also the closing ``_``
-    of markdown emphasis (``_/tmp/x.txt_``)."""
+    of markdown emphasis (``_/tmp/x.txt_``), after ``~`` (``~~``) the closing ``~~``
+    of a strikethrough."""
     raw = raw.rstrip(_TRAILING_PUNCT)
     if before == "_" and raw.endswith("_"):
         raw = raw[:-1].rstrip(_TRAILING_PUNCT)
+    elif before == "~" and raw.endswith("~~"):
+        raw = raw[:-2].rstrip(_TRAILING_PUNCT)
     return raw
 
 
@@ -837,6 +863,14 @@ class PathDetector:
         self._win_roots = tuple(sorted(set(win), key=len, reverse=True))
         alts = _start_grammar(self._posix_roots)
         self._start, self._prefix = _by_first_char(alts)
+        # a configured root of two or more segments is a start also right after a
+        # letter, digit, "." or "~" (x/srv/agent/artifacts/a names the layout all the
+        # same); a one-segment one (/workspace) keeps the boundary rule, it is too
+        # common in URL paths (https://host.example/workspace/...)
+        glued = tuple(r for r in posix if "/" in r.strip("/"))
+        self._glued_start, self._glued_prefix = (
+            _by_first_char([_cfg_start(glued)]) if glued else ({}, {})
+        )
         self._cfg_lower = tuple(r.lower() for r in (*self._posix_roots, *self._win_roots))
         self.max_path_chars = max_path_chars
         self.max_start_chars = max(a.maxlen for a in alts) + 1
@@ -848,15 +882,17 @@ class PathDetector:
         """Boundary positions in the ASCII word that ends before ``buf[k]`` (for
         ``C:``, ``file:``, ``vscode:``), leftmost first: its first letter, a letter
         after ``-``, after a JSON ``\\n`` or after a ``%XX`` escape."""
-        if k - 2 < lo or buf[k - 2] not in _WORD:  # one letter: a drive (the common case)
+        if k < 2 or buf[k - 2] not in _WORD:  # one letter: a drive (the common case)
             return [k - 1] if buf[k - 1] != "-" and _boundary_at(buf, k - 1) else []
+        # the word may begin in the emitted history (``--include`` + ``C:``): it is read
+        # there, within the look-behind, but only starts from ``lo`` on are returned
         j = k
-        floor = max(lo, k - 16)
+        floor = max(0, k - 24)
         while j > floor and buf[j - 1] in _WORD:
             j -= 1
         # inside the word only j + 1 (after \\n or %XX) or a letter after "-" can be one
-        cands = range(j, k) if "-" in buf[j:k] else (j, j + 1)
-        return [i for i in cands if i < k and buf[i] != "-" and _boundary_at(buf, i)]
+        cands = range(max(j, lo), k) if "-" in buf[j:k] else (j, j + 1)
+        return [i for i in cands if lo <= i < k and buf[i] != "-" and _boundary_at(buf, i)]
 
     def _tail_start(self, buf: str, lo: int) -> int:
         """Where a possible start begins in a letter tail of ``buf`` (``C``, ``fil``,
@@ -874,23 +910,29 @@ class PathDetector:
         return n
 
     def _start_at(
-        self, buf: str, s: int, final: bool, lo: int = 0, memo: Memo | None = None
+        self,
+        buf: str,
+        s: int,
+        final: bool,
+        lo: int = 0,
+        memo: Memo | None = None,
+        glued: bool = False,
     ) -> ScanResult | None:
         """Is there a start at ``buf[s]``? Parse the path, hold it, or None.
 
         ``lo``: where the not yet emitted text begins (a code span's opening backtick
-        before it cannot be part of a replacement any more)."""
-        start = self._start.get(buf[s])
+        before it cannot be part of a replacement any more). ``glued``: not at a
+        boundary, only a multi-segment configured root may start here."""
+        starts, prefixes = (
+            (self._glued_start, self._glued_prefix) if glued else (self._start, self._prefix)
+        )
+        start = starts.get(buf[s])
         if start is None:
             return None
         m = start.match(buf, s)
         n = len(buf)
         if m is None or (not final and m.end() == n):
-            if (
-                not final
-                and n - s <= self.max_start_chars
-                and self._prefix[buf[s]].fullmatch(buf, s)
-            ):
+            if not final and n - s <= self.max_start_chars and prefixes[buf[s]].fullmatch(buf, s):
                 return NeedMore(s - 1 if s > lo and buf[s - 1] == "`" else s)
             return None
         family = m.lastgroup or ""
@@ -937,10 +979,15 @@ class PathDetector:
                     res = self._start_at(buf, i, final, pos, memo)
                     if res is not None:
                         return res
-            if ch != ":" and _boundary_at(buf, k):
-                res = self._start_at(buf, k, final, pos, memo)
-                if res is not None:
-                    return res
+            if ch != ":":
+                if _boundary_at(buf, k):
+                    res = self._start_at(buf, k, final, pos, memo)
+                    if res is not None:
+                        return res
+                elif buf[k] in self._glued_start and buf[k - 1] not in "/\\":
+                    res = self._start_at(buf, k, final, pos, memo, glued=True)
+                    if res is not None:
+                        return res
             k += 1
 
     def _context(self, buf: str, start: int) -> tuple[Context, str]:
@@ -1022,8 +1069,8 @@ class PathDetector:
         if m is not None and m.group() not in _BRACKETS and m.start() <= limit:
             # fast path: no bracket inside, the first stop ends the path
             raw = buf[start : m.start()].rstrip(_TRAILING_PUNCT)
-            if start and buf[start - 1] == "_":
-                raw = _trim_end(raw, "_")
+            if start and buf[start - 1] in "_~":
+                raw = _trim_end(raw, buf[start - 1])
             return self._finish(raw, start, body, family, sp, Context.PROSE)
         depth = 0
         j = body

@@ -27,7 +27,8 @@ Strategies
   escaped once or twice, ``\\u`` escapes, percent-encoded once or twice).
 - :func:`planted_texts` -> :class:`Planted` ``(text, secrets, names)``: one or more
   such paths planted in surrounding text (prose, quotes, code spans, markdown
-  links and emphasis, JSON strings, query strings, CJK text, after a JSON ``\\n``).
+  links and emphasis, JSON strings, query strings, CJK text, after a JSON ``\\n``,
+  glued to a command-line flag, after an ANSI colour code, in a strikethrough).
 - :func:`non_paths` / :func:`texts_without_paths`: URLs, API routes, fractions,
   relative paths... that must come out unchanged.
 - :func:`chunkings`: a split of a text into deltas.
@@ -451,6 +452,10 @@ CONTEXTS: tuple[tuple[str, str], ...] = (
     ("保存在", "。然后"),
     ("文件：", "，好的"),
     ("\n", "\n"),
+    (" -I", " -o out"),  # a flag glued to its value
+    (" --include", " "),
+    ("\x1b[1;34m", "\x1b[0m "),  # ANSI colour code
+    ("~~", "~~ "),  # markdown strikethrough
 )
 
 
@@ -500,6 +505,9 @@ NON_PATHS: tuple[str, ...] = (
     "x//tmp/a",
     "café/tmp/x",
     "profile:///x",
+    "x-I/home/x",
+    "a-b/home/x",
+    "[1;34m/tmp/x",
 )
 
 

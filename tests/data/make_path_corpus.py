@@ -534,6 +534,72 @@ c("x" + B + "/Users/a/b", "x" + B + "/Users/a/b", [], "escaped slash after a let
 c("文件 C: drive", "文件 C: drive", [])
 c("cost $5/month", "cost $5/month", [])
 c("Ｕｓｅｒｓ／alice", "Ｕｓｅｒｓ／alice", [], "fullwidth: out of scope")
+# --- boundaries glued to a word: flags, colour codes, strikethrough, configured roots
+c(
+    "gcc -I/home/alice/proj/include -L/srv/agent/artifacts/sub -o out main.c",
+    "gcc -Iinclude -Lsub -o out main.c",
+    ["/home/alice/proj/include", "/srv/agent/artifacts/sub"],
+    "a flag glued to its value: '-' + letters at a boundary",
+)
+c(
+    "-IC:" + B + "Users" + B + "bob" + B + "inc",
+    "-Iinc",
+    ["C:" + B + "Users" + B + "bob" + B + "inc"],
+)
+c('-I"C:' + B + "Users" + B + 'bob" x', '-I"~" x', ["C:" + B + "Users" + B + "bob"])
+c("CFLAGS=-I/home/alice/inc make", "CFLAGS=-Iinc make", ["/home/alice/inc"])
+c("--include/home/alice/x.h", "--includex.h", ["/home/alice/x.h"], "long flags too")
+c("x-I/home/alice/b.h", "x-I/home/alice/b.h", [], "'-' inside a word is no flag")
+c("a-b/home/x and-or/tmp/y", "a-b/home/x and-or/tmp/y", [])
+c(
+    "\x1b[1;34m/tmp/q/report.txt\x1b[0m",
+    "\x1b[1;34mreport.txt\x1b[0m",
+    ["/tmp/q/report.txt"],
+    "ANSI colour code before the path",
+)
+c(
+    '{"a":"' + B + "u001b[1;34m/tmp/q/report.txt" + B + 'u001b[0m"}',
+    '{"a":"' + B + "u001b[1;34mreport.txt" + B + 'u001b[0m"}',
+    ["/tmp/q/report.txt"],
+    "JSON-escaped colour code; an escaped control character ends the path",
+)
+c(
+    "\x1b[0;32mC:" + B + "Users" + B + "bob" + B + "r.txt\x1b[0m",
+    "\x1b[0;32mr.txt\x1b[0m",
+    ["C:" + B + "Users" + B + "bob" + B + "r.txt"],
+)
+c(
+    'echo -e "' + B + '033[1m/home/bob/x.txt"',
+    'echo -e "' + B + '033[1mx.txt"',
+    ["/home/bob/x.txt"],
+    "colour code spelled in a shell string",
+)
+c("[1;34m/tmp/q/b.txt", "[1;34m/tmp/q/b.txt", [], "no ESC: a word, not a colour code")
+c(
+    "~~/tmp/q/report.txt~~ and ~~/home/bob/a.txt~~.",
+    "~~report.txt~~ and ~~a.txt~~.",
+    ["/tmp/q/report.txt", "/home/bob/a.txt"],
+    "markdown strikethrough: the closing ~~ is given back",
+)
+c(
+    "x/srv/agent/artifacts/a.txt and ../data/artifacts/b.bin",
+    "xa.txt and ..b.bin",
+    ["/srv/agent/artifacts/a.txt", "/data/artifacts/b.bin"],
+    "a multi-segment configured root names the layout even glued to a word",
+)
+c(
+    "x/workspace/a.txt https://host.example/workspace/b",
+    "x/workspace/a.txt https://host.example/workspace/b",
+    [],
+    "a one-segment configured root needs a boundary (common URL path)",
+)
+c("`a" + B + "b.txt`", "`a" + B + "b.txt`", [], "a backslash in a name is no JSON escape")
+c(
+    "`/tmp/q/a" + B + "b.txt`",
+    "`b.txt`",
+    ["/tmp/q/a" + B + "b.txt"],
+    "never a JSON \\b (was a\\u0008.txt); a backslash separates the name",
+)
 # --- long
 LONG = "/tmp/" + "d/" * 2500 + "final.txt"
 c(
