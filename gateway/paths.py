@@ -64,6 +64,7 @@ rewriter's output independent of chunking.
 from __future__ import annotations
 
 import functools
+import html
 import re
 from collections.abc import Iterable
 from enum import Enum
@@ -106,7 +107,24 @@ FOLDER_VARS: tuple[str, ...] = (
     "temp",
     "tmp",
     "onedrive",
+    "programdata",
+    "programfiles",
+    "allusersprofile",
+    "public",
+    "systemroot",
+    "windir",
 )
+#: Windows top folders that make ``/c/<folder>`` (Git Bash, MSYS) a drive path
+WIN_TOP_FOLDERS: tuple[str, ...] = (
+    "users",
+    "windows",
+    "program files (x86)",
+    "program files",
+    "programdata",
+    "documents and settings",
+)
+#: ``vscode-remote://<authority>/<abs path>``: replaced whole
+REMOTE_SCHEME = "vscode-remote"
 DEFAULT_MAX_PATH_CHARS = 4096
 #: the last segment of an overlong path is kept up to this many characters
 MAX_NAME_CHARS = 255
@@ -201,17 +219,22 @@ def _enc(ch: str) -> _P:
 
 
 _BS = _lit("\\")
-_BS_ENC = _alt(_lit("%5c"), _lit("%255c"), _lit("\\u005c"))
-#: a POSIX separator: plain, JSON-escaped (one or two levels), \u-escaped, percent-encoded
+#: HTML character references a markdown renderer shows as a slash / a backslash
+_HTML_SLASHES = ("&#x2f;", "&#47;", "&sol;")
+_HTML_BACKSLASHES = ("&#x5c;", "&#92;", "&bsol;")
+_BS_ENC = _alt(_lit("%5c"), _lit("%255c"), _lit("\\u005c"), *[_lit(e) for e in _HTML_BACKSLASHES])
+#: a POSIX separator: plain, JSON-escaped (one or two levels), \u-escaped, percent-encoded,
+#: an HTML character reference
 _PS = _alt(
     *[_lit(bs + "/") for bs in ("", "\\", "\\\\", "\\\\\\")],
-    *[_lit(e) for e in ("\\u002f", "%2f", "%252f")],
+    *[_lit(e) for e in ("\\u002f", "%2f", "%252f", *_HTML_SLASHES)],
 )
 #: a Windows separator: backslashes (1, 2, 4... for JSON levels), \u- or percent-encoded
 _WS = _alt(_rep(_BS, 1, 8), _BS_ENC)
 #: separators with doubled ones and ``.`` segments (``//``, ``/./``)
 _PSEPS = _seq(_PS, _rep(_alt(_PS, _seq(_lit("."), _PS)), 0, 6))
 _COLON = _enc(":")
+_SEP_AT = re.compile(f"{_PS.full}|{_WS.full}", re.IGNORECASE)
 _STOP_CLASS = r"[\s\"'`<>*|()\[\]{}\x00-\x1f\x7f。，、；：！？「」『』（）【】《》〈〉]"
 
 
@@ -255,7 +278,7 @@ def _var_start() -> _P:
     return _alt(
         _seq(pct, _lit("homedrive"), pct, pct, _lit("homepath"), pct),
         _seq(dollar, _opt(_seq(_lit("env"), _COLON)), names),
-        _seq(dollar, _enc("{"), names, _enc("}")),
+        _seq(dollar, _enc("{"), _opt(_seq(_lit("env"), _COLON)), names, _enc("}")),
         _seq(pct, names, pct),
     )
 
@@ -280,10 +303,19 @@ def _cfg_start(cfg_roots: tuple[str, ...]) -> _P:
 def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
     """Every start form, one named alternative per family (longest and most
     specific first: a configured root before the default roots)."""
-    roots = _alt(*[_segments(r) for r in DEFAULT_ROOT_NAMES])
+    roots = _alt(
+        *[_segments(r) for r in DEFAULT_ROOT_NAMES],
+        # Cygwin /cygdrive/c/..., Git Bash / MSYS /c/Users/...
+        _seq(_lit("cygdrive"), _PSEPS, _ch("[a-z]")),
+        _seq(_ch("[a-z]"), _PSEPS, _alt(*[_lit(w) for w in WIN_TOP_FOLDERS])),
+    )
     user = _seq(_ch("[a-z_]"), _rep(_ch(r"[\w.-]"), 0, 31))
     unc_lead = _alt(_rep(_BS, 2, 8), _rep(_BS_ENC, 2, 2))
-    drive_sep = _alt(_WS, _seq(_lit("/"), _look(_ch("[^/]"))), _lit("%2f"), _lit("%252f"))
+    drive_sep = _alt(
+        _WS,
+        _seq(_lit("/"), _look(_ch("[^/]"))),
+        *[_lit(e) for e in ("%2f", "%252f", *_HTML_SLASHES)],
+    )
     schemes = _alt(*[_lit(s) for s in EDITOR_SCHEMES])
     alts = []
     if cfg_roots:
@@ -291,24 +323,54 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
     share = _look(_ch(r"[\w.$%-]"))
     return [
         *alts,
-        _group("posix", _seq(_PSEPS, _alt(_ALIAS_START, roots), _look(_PS))),
+        # a default root may be followed by a Windows separator: /home\\bob\\x (mixed),
+        # not by a JSON escape (line\\n/home\\nmore is /home alone, then a newline)
+        _group(
+            "posix",
+            _seq(
+                _PSEPS,
+                _alt(_ALIAS_START, roots),
+                _look(_alt(_PS, _seq(_WS, _ch(r'(?-i:[^nrtu"\\\\/\s])')))),
+            ),
+        ),
         _group("uri", _seq(_PS, _PS, _lit("file"), _look(_PS))),
         _group("device", _device_start()),
         _group("unc", _seq(unc_lead, _rep(_ch(r"[\w.$-]"), 1, 63), _WS, share)),
         _group("drive", _seq(_ch("[a-z]"), _COLON, drive_sep)),
-        _group("winroot", _seq(_WS, _lit("users"), _look(_WS))),  # \\Users\\bob: no drive
+        # \\Users\\bob: no drive; an NT device path \\Device\\HarddiskVolume3\\...
+        _group(
+            "winroot",
+            _seq(
+                _WS,
+                _alt(
+                    _lit("users"),
+                    _seq(_lit("device"), _WS, _lit("harddiskvolume"), _rep(_ch("[0-9]"), 1, 3)),
+                ),
+                _look(_WS),
+            ),
+        ),
         _group("tilde", _seq(_lit("~"), _opt(user), _alt(_PS, _WS))),
-        _group("var", _seq(_var_start(), _alt(_PS, _WS))),
+        # "$HOME"/x: the shell's quoted variable (the closing quote is given back)
+        _group("var", _seq(_var_start(), _opt(_lit('"')), _alt(_PS, _WS))),
         _group("file", _seq(_lit("file"), _COLON, _PS)),
         _group("deeplink", _seq(schemes, _COLON, _PS, _PS, _lit("file"), _look(_PS))),
+        # vscode-remote://ssh-remote+host/abs/path: a file on the (remote) machine
+        _group(
+            "remote",
+            _seq(
+                _lit(REMOTE_SCHEME), _COLON, _PS, _PS, _rep(_ch(r"[\w.+@%-]"), 1, 100), _look(_PS)
+            ),
+        ),
     ]
 
 
 #: a letters-only fragment is a prefix of a start iff it is one letter (a drive)
 #: or a prefix of one of these
-_LETTER_PREFIXES = frozenset(w[:i] for w in ("file", *EDITOR_SCHEMES) for i in range(2, len(w) + 1))
+_LETTER_PREFIXES = frozenset(
+    w[:i] for w in ("file", REMOTE_SCHEME, *EDITOR_SCHEMES) for i in range(2, len(w) + 1)
+)
 #: characters a start may begin with: the triggers and (for C:, file:, vscode:) letters
-_FIRST_CHARS = "/~\\:%$abcdefghijklmnopqrstuvwxyz"
+_FIRST_CHARS = "/~\\:%$&abcdefghijklmnopqrstuvwxyz"
 
 
 def _by_first_char(
@@ -331,7 +393,7 @@ def _by_first_char(
 
 # --- spelling: how a path is written, where it ends ------------------------------
 
-_TRIGGER = re.compile(r"[/~\\:%$]")
+_TRIGGER = re.compile(r"[/~\\:%$&]")
 _OPENERS = "([{"
 _BRACKETS = "([{)]}"
 _CLOSER_OF = {")": "(", "]": "[", "}": "{"}
@@ -351,7 +413,9 @@ _STOP_ESC = re.compile(rf"{_STOP_CLASS}|{_ESC_END}")
 _STOP_SHELL = re.compile(rf"(?<!(?<!\\)\\){_STOP_CLASS}|{_ESC_END}")
 #: percent-encoded paths: also the URL delimiters
 _STOP_PCT = re.compile(rf"{_STOP_CLASS}|[&#?=]|{_ESC_END}")
-_SEPARATORS = re.compile(r"(?:\\u00(?:2[fF]|5[cC])|%(?:25)?(?:2[fF]|5[cC])|[/\\])+")
+_SEPARATORS = re.compile(
+    r"(?:\\u00(?:2[fF]|5[cC])|%(?:25)?(?:2[fF]|5[cC])|[/\\]|(?i:&#x2f;|&#47;|&sol;|&#x5c;|&#92;|&bsol;))+"
+)
 _DUP_SEP = re.compile(r"/(?:\.?/)+")
 _DUP_WIN_SEP = re.compile(r"\\(?:\.?\\)+")
 _DRIVE = re.compile(r"/?[A-Za-z]:[\\/]")
@@ -363,7 +427,7 @@ _JSON_ESCAPE = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/])')
 _TILDE_HEAD = re.compile(r"~[^/\\]*")
 _NON_SEPARATOR = re.compile(r"[^/\\.]")
 _EMPTY_BODY = re.compile(rf"(?:{_PS.full}|{_WS.full}|\.)*", re.IGNORECASE)
-_SECOND_START = re.compile(r"\s(?=[/~\\%$]|[a-z][a-z-]*(?::|%3a))", re.IGNORECASE)
+_SECOND_START = re.compile(r"\s(?=[/~\\%$&]|[a-z][a-z-]*(?::|%3a))", re.IGNORECASE)
 _SHELL_ESC = re.compile(r"\\([ ()\[\]{}'&;!$*?|<>`#=,\\])")
 _JSON_ESC = re.compile(r"\\(?:u([0-9a-fA-F]{4})|(.))", re.DOTALL)
 _JSON_CHARS = {
@@ -378,7 +442,7 @@ _JSON_CHARS = {
 }
 _LINE_COL = re.compile(r"(?::\d+){1,2}\Z")
 _ALIAS = re.compile(r"/(?:system/volumes/data|proc/(?:\d+|self|thread-self)/root)(?=/|\Z)", re.I)
-_VAR_HEAD = re.compile(r"%homedrive%%homepath%|\$\{(\w+)\}|\$(?:env:)?(\w+)|%(\w+)%", re.I)
+_VAR_HEAD = re.compile(r"%homedrive%%homepath%|\$\{(?:env:)?(\w+)\}|\$(?:env:)?(\w+)|%(\w+)%", re.I)
 #: a segment right below one of these (or ``run/user``) is a user name, also when the
 #: folder is longer (a path that ran into another one)
 _USER_PARENT_NAMES = frozenset({"users", "home", "media", "documents and settings"})
@@ -394,6 +458,7 @@ class _Spelling(NamedTuple):
     pct: int
     stop: re.Pattern[str]
     quote_end: dict[str, re.Pattern[str]]
+    html: bool = False  #: separators are HTML character references (``&#x2F;``)
 
 
 def _quote_ends(esc: bool) -> dict[str, re.Pattern[str]]:
@@ -412,14 +477,14 @@ def _quote_ends(esc: bool) -> dict[str, re.Pattern[str]]:
 
 
 @functools.lru_cache(maxsize=64)
-def _spelling(win: bool, json: int, pct: int) -> _Spelling:
+def _spelling(win: bool, json: int, pct: int, html: bool = False) -> _Spelling:
     if pct:
         stop = _STOP_PCT
     elif win and json == 0:
         stop = _STOP_WIN
     else:
         stop = _STOP_ESC if json else _STOP_SHELL
-    return _Spelling(win, json, pct, stop, _quote_ends(stop is not _STOP_WIN))
+    return _Spelling(win, json, pct, stop, _quote_ends(stop is not _STOP_WIN), html)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -428,8 +493,11 @@ def _spelling_of(family: str, start: str) -> _Spelling:
     low = start.lower()
     pct = 2 if _PCT2.search(low) else 1 if _PCT1.search(low) else 0
     runs = [len(r) for r in re.findall(r"\\+", start.replace("\\u00", "u00"))]
+    # a home, a variable or a POSIX root followed by a backslash: Windows separators
+    # (/home\\bob\\x is a mixed spelling: there \\b is a separator, not an escape)
     win = family in _WIN_START or (
-        family in ("tilde", "var") and (low.endswith(("\\", "%5c", "\\u005c")) and "\\/" not in low)
+        family in ("tilde", "var", "posix", "cfg")
+        and (low.endswith(("\\", "%5c", "\\u005c", *_HTML_BACKSLASHES)) and "\\/" not in low)
     )
     if "\\u00" in low:
         json = 1
@@ -442,7 +510,7 @@ def _spelling_of(family: str, start: str) -> _Spelling:
         double = family in ("unc", "device") and "??" not in start
         lead = runs[0] if family in ("unc", "device") else runs[-1]
         json = min(2, max(0, lead.bit_length() - (2 if double else 1)))
-    return _spelling(win, json, pct)
+    return _spelling(win, json, pct, "&" in start)
 
 
 def _json_unescape(s: str) -> str:
@@ -476,7 +544,7 @@ def json_escape(s: str) -> str:
 
 
 def could_contain_path(text: str) -> bool:
-    """False when ``text`` cannot hold a path start (none of ``/ ~ \\ : % $``)."""
+    """False when ``text`` cannot hold a path start (none of ``/ ~ \\ : % $ &``)."""
     return _TRIGGER.search(text) is not None
 
 
@@ -525,9 +593,13 @@ def _boundary_at(buf: str, k: int) -> bool:
         return True
     if k >= 2 and buf[k - 2] == "\\" and ch in "nrtbf":
         return True
-    if k >= 3 and ch in _HEX and buf[k - 2] in _HEX:
-        if buf[k - 3] == "%" or (k >= 5 and buf[k - 5 : k - 2] == "%25"):
-            return True
+    if (
+        k >= 3
+        and ch in _HEX
+        and buf[k - 2] in _HEX
+        and (buf[k - 3] == "%" or (k >= 5 and buf[k - 5 : k - 2] == "%25"))
+    ):
+        return True
     if not ("a" <= ch <= "z" or "A" <= ch <= "Z"):
         return False
     lo = max(0, k - 20)
@@ -598,6 +670,13 @@ def _normal_deeplink(s: str) -> str:
     return _canon_posix(rest)
 
 
+def _normal_remote(s: str) -> str:
+    """``vscode-remote://ssh-remote+host/home/x`` -> ``/home/x``."""
+    s = unquote(s)
+    rest = s[s.find("//") + 2 :]
+    return _canon_posix(rest[rest.find("/") :])
+
+
 def _normal_device(s: str) -> str:
     """``\\\\?\\C:\\x`` -> ``C:\\x``; ``\\\\?\\UNC\\srv\\share`` -> ``\\\\srv\\share``."""
     s = s.replace("/", "\\")
@@ -616,7 +695,8 @@ def _normal_var(s: str, win: bool) -> str:
     assert m is not None
     name = (m.group(1) or m.group(2) or m.group(3) or "homepath").lower()
     head = "~" if name in HOME_VARS else "C:" if name == "homedrive" else m.group()
-    rest = _canon_rest(s[m.end() :], win)
+    rest = s[m.end() :]
+    rest = _canon_rest(rest[1:] if rest[:1] == '"' else rest, win)
     if head == "C:":
         return _canon_win("C:" + (rest or "\\"))
     return head + rest
@@ -651,6 +731,17 @@ def _trim_end(raw: str, before: str) -> str:
         raw = raw[:-1].rstrip(_TRAILING_PUNCT)
     elif before == "~" and raw.endswith("~~"):
         raw = raw[:-2].rstrip(_TRAILING_PUNCT)
+    return raw
+
+
+_ENTITY_CUT = re.compile(r"&(?:#x2f|#47|sol|#x5c|#92|bsol)\Z", re.IGNORECASE)
+
+
+def _entity_end(buf: str, start: int, raw: str) -> str:
+    """The ``;`` of a trailing HTML separator (``&#47;``) is not sentence punctuation."""
+    end = start + len(raw)
+    if buf[end : end + 1] == ";" and _ENTITY_CUT.search(raw):
+        return raw + ";"
     return raw
 
 
@@ -939,13 +1030,25 @@ class PathDetector:
         st = m.group()
         if s and buf[s - 1] == ":" and st[:2] == "//" and family in ("posix", "cfg"):
             return None  # scheme://host: a URL authority
+        if family in ("posix", "cfg"):
+            # the separator after the root says how the rest is spelled too
+            # (/home%2Fbob%2Fx is percent-encoded, /home\\/bob JSON-escaped)
+            sep = _SEP_AT.match(buf, m.end())
+            if sep is not None:
+                if not final and sep.end() == n:
+                    return NeedMore(s - 1 if s > lo and buf[s - 1] == "`" else s)
+                st += sep.group()
         sp = _spelling_of(family, st)
         ctx, closer = self._context(buf, s)
-        if closer:
+        if closer and not (family == "var" and '"' in st):  # "$HOME"/x: the quote is closed
             res = self._parse_quoted(buf, s, m.end(), family, sp, ctx, closer, final, memo)
             if res is not None:
                 return _code_span(buf, s, res) if closer == "`" and s > lo else res
-        return self._parse_prose(buf, s, m.end(), family, sp, final)
+        res = self._parse_prose(buf, s, m.end(), family, sp, final)
+        if family == "var" and '"' in st and type(res) is Found and s and buf[s - 1] == '"':
+            # "$HOME"/x/a.txt -> "a.txt": the quote the variable closed closes the name
+            res = _found(res.start, res.end, res.match._replace(suffix='"'))
+        return res
 
     # -- the scan ----------------------------------------------------------------
 
@@ -1071,6 +1174,8 @@ class PathDetector:
             raw = buf[start : m.start()].rstrip(_TRAILING_PUNCT)
             if start and buf[start - 1] in "_~":
                 raw = _trim_end(raw, buf[start - 1])
+            if sp.html:
+                raw = _entity_end(buf, start, raw)
             return self._finish(raw, start, body, family, sp, Context.PROSE)
         depth = 0
         j = body
@@ -1098,6 +1203,8 @@ class PathDetector:
                 return Overlong(start, stop)
             return Found(start, n - len(done[0]), done[1])
         raw = _trim_end(buf[start:end], buf[start - 1] if start else "")
+        if sp.html:
+            raw = _entity_end(buf, start, raw)
         return self._finish(raw, start, body, family, sp, Context.PROSE)
 
     def _finish(
@@ -1115,7 +1222,7 @@ class PathDetector:
         if family != "cfg" and (family != "tilde" or raw[1] in "/\\%"):
             # a generic anchor (/tmp/, ~/, C:\\) needs a name after it, not a space
             rest = raw[b:]
-            lead = _EMPTY_BODY.match(rest) if "%" in rest or "\\u" in rest else None
+            lead = _EMPTY_BODY.match(rest) if "%" in rest or "\\u" in rest or "&" in rest else None
             first = _NON_SEPARATOR.search(rest, lead.end() if lead else 0)
             if first is None or first.group().isspace():
                 return None
@@ -1129,10 +1236,10 @@ class PathDetector:
     # -- normal form -------------------------------------------------------------
 
     def _normal(self, family: str, raw: str, sp: _Spelling, json: int) -> str:
-        if family == "posix" and not (sp.pct or json) and "\\" not in raw:
+        if family == "posix" and not (sp.pct or json or sp.html) and "\\" not in raw:
             path = _canon_posix(raw)
             return self._configured(path) if self._cfg_lower else path
-        s = raw
+        s = html.unescape(raw) if sp.html else raw
         for _ in range(sp.pct):
             s = unquote(s)
         for _ in range(json):
@@ -1140,7 +1247,7 @@ class PathDetector:
         if json == 0 and not sp.win and "\\" in s:
             s = _SHELL_ESC.sub(r"\1", s)
         if family in ("posix", "cfg"):
-            return self._configured(_canon_posix(s))
+            return self._configured(_canon_posix(s.replace("\\", "/") if sp.win else s))
         if family in ("drive", "winroot"):
             return self._configured(_canon_win(s))
         if family == "unc":
@@ -1155,6 +1262,8 @@ class PathDetector:
             return _normal_var(s, sp.win)
         if family == "file":
             return self._configured(_normal_file_uri(s))
+        if family == "remote":
+            return self._configured(_normal_remote(s))
         return self._configured(_normal_deeplink(s))
 
     def _configured(self, path: str) -> str:

@@ -600,6 +600,84 @@ c(
     ["/tmp/q/a" + B + "b.txt"],
     "never a JSON \\b (was a\\u0008.txt); a backslash separates the name",
 )
+# --- more spellings: Cygwin/MSYS, remote URIs, HTML references, variables, NT devices
+c(
+    "/cygdrive/c/Users/bob/x.txt and /c/Users/bob/y.txt",
+    "x.txt and y.txt",
+    ["/cygdrive/c/Users/bob/x.txt", "/c/Users/bob/y.txt"],
+    "Cygwin and Git Bash / MSYS drive paths",
+)
+c("/d/Program Files/App/app.ini", "app.ini", ["/d/Program Files/App/app.ini"])
+c("/c/Windows/System32/drivers", "drivers", ["/c/Windows/System32/drivers"])
+c("/c/projects/x and /cygdrive", "/c/projects/x and /cygdrive", [], "not a Windows top folder")
+c(
+    "open vscode-remote://ssh-remote+host/home/bob/x.py now",
+    "open x.py now",
+    ["/home/bob/x.py"],
+    "a remote editor URI: the path after the authority",
+)
+c(
+    '"vscode-remote://wsl%2BUbuntu/srv/app/a.py"',
+    '"a.py"',
+    ["/srv/app/a.py"],
+)
+c("vscode-remote://host", "vscode-remote://host", [], "no path after the authority")
+c(
+    "&#x2F;home&#x2F;bob&#x2F;a.txt &#47;tmp&#47;q&#47;b.txt &sol;Users&sol;al&sol;c.txt",
+    "a.txt b.txt c.txt",
+    ["/home/bob/a.txt", "/tmp/q/b.txt", "/Users/al/c.txt"],
+    "HTML character references for / (a markdown renderer shows slashes)",
+)
+c(
+    "C:&#x5C;Users&#x5C;bob&#x5C;d.txt &bsol;&bsol;srv&bsol;share&bsol;e.txt",
+    "d.txt e.txt",
+    ["C:" + B + "Users" + B + "bob" + B + "d.txt", B + B + "srv" + B + "share" + B + "e.txt"],
+    "... and for a backslash",
+)
+c("dir &#47;home&#47;bob&#47;; ok", "dir ~; ok", ["/home/bob"], "the ; of a trailing reference")
+c("Tom &sol; Jerry &amp; &#47;tmp&#47;", "Tom &sol; Jerry &amp; &#47;tmp&#47;", [])
+c('cd "$HOME"/proj/a.txt', 'cd "a.txt"', ["~/proj/a.txt"], "a quoted shell variable")
+c(
+    'cd "${HOME}"/proj && ls "$TMPDIR"/x',
+    'cd "proj" && ls "x"',
+    ["~/proj", "$TMPDIR/x"],
+)
+c('echo "$HOME" "$HOME"/', 'echo "$HOME" "$HOME"/', [], "a variable alone")
+c(
+    "${env:USERPROFILE}" + B + "proj" + B + "a.txt",
+    "a.txt",
+    ["~" + B + "proj" + B + "a.txt"],
+    "PowerShell ${env:...}",
+)
+c(
+    "%ProgramData%" + B + "App" + B + "cfg.ini and %WINDIR%" + B + "x.log",
+    "cfg.ini and x.log",
+    ["%ProgramData%" + B + "App" + B + "cfg.ini", "%WINDIR%" + B + "x.log"],
+)
+c(
+    B + "Device" + B + "HarddiskVolume3" + B + "Users" + B + "bob" + B + "f.txt",
+    "f.txt",
+    [B + "Device" + B + "HarddiskVolume3" + B + "Users" + B + "bob" + B + "f.txt"],
+    "NT device path",
+)
+c(
+    "/home%2Fbob%2Fx.txt and /home" + B + "bob" + B + "proj" + B + "a.txt",
+    "x.txt and a.txt",
+    ["/home/bob/x.txt", "/home/bob/proj/a.txt"],
+    "mixed spellings: the separator after the root decides",
+)
+c(
+    "line" + B + "n/home" + B + "nmore",
+    "line" + B + "n/home" + B + "nmore",
+    [],
+    "a root then a JSON escape is the root alone, not a mixed spelling",
+)
+c(
+    "//cdn.example.com/x.js //host/share/y",
+    "//cdn.example.com/x.js //host/share/y",
+    [],
+    "protocol-relative URLs: out of scope",
+)
 # --- long
 LONG = "/tmp/" + "d/" * 2500 + "final.txt"
 c(
