@@ -28,7 +28,7 @@ directory itself (``/Users/alice``, ``/media/bob``, ``~alice``) is ``~``.
 
 Rules
 -----
-1. *Triggers.* Every start holds one of ``/ ~ \\ : % $``; one compiled character
+1. *Triggers.* Every start holds one of ``/ ~ \\ : % $ &``; one compiled character
    class finds them, so prose without any costs a single C-level scan. Starts that
    begin with letters (``C:``, ``file:``, ``vscode://``) are found from their colon
    by looking back over the word before it.
@@ -39,8 +39,11 @@ Rules
    letters-only tail needs only a set lookup (``C``, ``fil``, ``vsco``).
    A start counts only at a boundary: not right after a letter or digit of a
    space-separated script or after ``/ \\ . ~`` (keeps URLs, ``and/or``,
-   ``../tmp`` out); a JSON ``\\n``/``\\t`` or a ``%XX`` escape before it is a
-   boundary. ``//`` right after ``:`` is a URL authority, never a POSIX path.
+   ``../tmp`` out); a JSON ``\\n``/``\\t`` or a ``%XX`` escape, a glued flag
+   (``-I``, ``--include``), an ANSI colour code (``ESC[1;34m``) or ``~~`` before it
+   is a boundary. A configured root of two or more segments starts also after a
+   letter, digit, ``.`` or ``~``. ``//`` right after ``:`` is a URL authority, never
+   a POSIX path.
 3. *Body.* Generic anchors (``/tmp/``, ``~/``, ``C:\\``, ``$HOME/``) need a
    non-separator after them; a configured root or mount prefix and ``~user/`` are
    paths on their own.
@@ -54,7 +57,8 @@ Rules
 5. *Bound.* Nothing longer than ``max_path_chars`` is held: a quoted candidate
    without its closer by then is re-read as prose, and a longer prose path is
    *overlong*: consumed to its end keeping only its last segment
-   (:class:`OverlongPath`).
+   (:class:`OverlongPath`). The work is linear: brackets are followed at most that
+   far, and the searches quoted starts share are memoised per buffer (:class:`Memo`).
 
 Every decision depends only on the text (never on where a chunk ended) and looks
 back at most :data:`LOOKBEHIND` characters before ``pos``, which is what makes the
