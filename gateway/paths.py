@@ -203,6 +203,12 @@ def _rep(p: _P, lo: int, hi: int) -> _P:
     return _P(f"(?:{p.full}){{{lo},{hi}}}", prefix, p.maxlen * hi)
 
 
+def _lazy(p: _P) -> _P:
+    """A repetition that takes as little as it can (same prefixes)."""
+    assert p.full.endswith("}")
+    return _P(p.full + "?", p.prefix, p.maxlen)
+
+
 def _opt(p: _P) -> _P:
     return _rep(p, 0, 1)
 
@@ -362,7 +368,12 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
         _group(
             "remote",
             _seq(
-                _lit(REMOTE_SCHEME), _COLON, _PS, _PS, _rep(_ch(r"[\w.+@%-]"), 1, 100), _look(_PS)
+                _lit(REMOTE_SCHEME),
+                _COLON,
+                _PS,
+                _PS,
+                _lazy(_rep(_ch(r"[\w.+@%-]"), 1, 100)),
+                _look(_PS),
             ),
         ),
     ]
