@@ -749,6 +749,18 @@ def _trim_end(raw: str, before: str) -> str:
     return raw
 
 
+_HTML_SEP = re.compile(r"&(?:#x2f|#47|sol|#x5c|#92|bsol);", re.IGNORECASE)
+#: a separator still encoded in a name (a spelling that changed inside the path)
+_ENCODED_SEP = re.compile(r"%(?:25)*(?:2f|5c)|&(?:#x2f|#47|sol|#x5c|#92|bsol);", re.IGNORECASE)
+
+
+def _after_encoded_separator(name: str) -> str:
+    """What follows the last separator still encoded in ``name`` (the folders before it
+    must not reach the client); the last non-empty part when it ends with one."""
+    parts = [p for p in _ENCODED_SEP.split(name) if p]
+    return parts[-1] if parts else name
+
+
 _ENTITY_CUT = re.compile(r"&(?:#x2f|#47|sol|#x5c|#92|bsol)\Z", re.IGNORECASE)
 
 
@@ -1244,8 +1256,14 @@ class PathDetector:
         json = sp.json
         if not json and "\\" in raw and _in_json_text(raw, family, sp):
             json = 1
+        if not sp.html and "&" in raw and _HTML_SEP.search(raw):
+            # C:\\Users&#x2F;bob: HTML references after a plain start
+            sp = _spelling(sp.win, sp.json, sp.pct, True)
         path = self._normal(family, raw, sp, json)
-        m = _match(raw, path, file_name(path), ctx, json, sp.pct)
+        name = file_name(path)
+        if "%" in name or "&" in name:
+            name = _after_encoded_separator(name)
+        m = _match(raw, path, name, ctx, json, sp.pct)
         return _found(start, start + len(raw), m)
 
     # -- normal form -------------------------------------------------------------

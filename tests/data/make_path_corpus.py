@@ -667,6 +667,15 @@ c(
     "mixed spellings: the separator after the root decides",
 )
 c(
+    "C:" + B + "Users&#x2F;bob&#x2F;x.txt C:" + B + "Users" + B + "bob" + B + "a%2Fsecret%2Fc.txt",
+    "x.txt c.txt",
+    [
+        "C:" + B + "Users" + B + "bob" + B + "x.txt",
+        "C:" + B + "Users" + B + "bob" + B + "a%2Fsecret%2Fc.txt",
+    ],
+    "a spelling that changes inside the path: no folder reaches the name",
+)
+c(
     "line" + B + "n/home" + B + "nmore",
     "line" + B + "n/home" + B + "nmore",
     [],
