@@ -28,7 +28,7 @@ directory itself (``/Users/alice``, ``/media/bob``, ``~alice``) is ``~``.
 
 Rules
 -----
-1. *Triggers.* Every start holds one of ``/ ~ \\ : % $``; one compiled character
+1. *Triggers.* Every start holds one of ``/ ~ \\ : % $ &``; one compiled character
    class finds them, so prose without any costs a single C-level scan. Starts that
    begin with letters (``C:``, ``file:``, ``vscode://``) are found from their colon
    by looking back over the word before it.
@@ -39,8 +39,11 @@ Rules
    letters-only tail needs only a set lookup (``C``, ``fil``, ``vsco``).
    A start counts only at a boundary: not right after a letter or digit of a
    space-separated script or after ``/ \\ . ~`` (keeps URLs, ``and/or``,
-   ``../tmp`` out); a JSON ``\\n``/``\\t`` or a ``%XX`` escape before it is a
-   boundary. ``//`` right after ``:`` is a URL authority, never a POSIX path.
+   ``../tmp`` out); a JSON ``\\n``/``\\t`` or a ``%XX`` escape, a glued flag
+   (``-I``, ``--include``), an ANSI colour code (``ESC[1;34m``) or ``~~`` before it
+   is a boundary. A configured root of two or more segments starts also after a
+   letter, digit, ``.`` or ``~``. ``//`` right after ``:`` is a URL authority, never
+   a POSIX path.
 3. *Body.* Generic anchors (``/tmp/``, ``~/``, ``C:\\``, ``$HOME/``) need a
    non-separator after them; a configured root or mount prefix and ``~user/`` are
    paths on their own.
@@ -54,7 +57,8 @@ Rules
 5. *Bound.* Nothing longer than ``max_path_chars`` is held: a quoted candidate
    without its closer by then is re-read as prose, and a longer prose path is
    *overlong*: consumed to its end keeping only its last segment
-   (:class:`OverlongPath`).
+   (:class:`OverlongPath`). The work is linear: brackets are followed at most that
+   far, and the searches quoted starts share are memoised per buffer (:class:`Memo`).
 
 Every decision depends only on the text (never on where a chunk ended) and looks
 back at most :data:`LOOKBEHIND` characters before ``pos``, which is what makes the
@@ -64,6 +68,7 @@ rewriter's output independent of chunking.
 from __future__ import annotations
 
 import functools
+import html
 import re
 from collections.abc import Iterable
 from enum import Enum
@@ -106,12 +111,29 @@ FOLDER_VARS: tuple[str, ...] = (
     "temp",
     "tmp",
     "onedrive",
+    "programdata",
+    "programfiles",
+    "allusersprofile",
+    "public",
+    "systemroot",
+    "windir",
 )
+#: Windows top folders that make ``/c/<folder>`` (Git Bash, MSYS) a drive path
+WIN_TOP_FOLDERS: tuple[str, ...] = (
+    "users",
+    "windows",
+    "program files (x86)",
+    "program files",
+    "programdata",
+    "documents and settings",
+)
+#: ``vscode-remote://<authority>/<abs path>``: replaced whole
+REMOTE_SCHEME = "vscode-remote"
 DEFAULT_MAX_PATH_CHARS = 4096
 #: the last segment of an overlong path is kept up to this many characters
 MAX_NAME_CHARS = 255
 #: characters before ``pos`` a decision may look at (the rewriter keeps this many)
-LOOKBEHIND = 5
+LOOKBEHIND = 32
 
 
 class Context(Enum):
@@ -181,6 +203,12 @@ def _rep(p: _P, lo: int, hi: int) -> _P:
     return _P(f"(?:{p.full}){{{lo},{hi}}}", prefix, p.maxlen * hi)
 
 
+def _lazy(p: _P) -> _P:
+    """A repetition that takes as little as it can (same prefixes)."""
+    assert p.full.endswith("}")
+    return _P(p.full + "?", p.prefix, p.maxlen)
+
+
 def _opt(p: _P) -> _P:
     return _rep(p, 0, 1)
 
@@ -201,17 +229,22 @@ def _enc(ch: str) -> _P:
 
 
 _BS = _lit("\\")
-_BS_ENC = _alt(_lit("%5c"), _lit("%255c"), _lit("\\u005c"))
-#: a POSIX separator: plain, JSON-escaped (one or two levels), \u-escaped, percent-encoded
+#: HTML character references a markdown renderer shows as a slash / a backslash
+_HTML_SLASHES = ("&#x2f;", "&#47;", "&sol;")
+_HTML_BACKSLASHES = ("&#x5c;", "&#92;", "&bsol;")
+_BS_ENC = _alt(_lit("%5c"), _lit("%255c"), _lit("\\u005c"), *[_lit(e) for e in _HTML_BACKSLASHES])
+#: a POSIX separator: plain, JSON-escaped (one or two levels), \u-escaped, percent-encoded,
+#: an HTML character reference
 _PS = _alt(
     *[_lit(bs + "/") for bs in ("", "\\", "\\\\", "\\\\\\")],
-    *[_lit(e) for e in ("\\u002f", "%2f", "%252f")],
+    *[_lit(e) for e in ("\\u002f", "%2f", "%252f", *_HTML_SLASHES)],
 )
 #: a Windows separator: backslashes (1, 2, 4... for JSON levels), \u- or percent-encoded
 _WS = _alt(_rep(_BS, 1, 8), _BS_ENC)
 #: separators with doubled ones and ``.`` segments (``//``, ``/./``)
 _PSEPS = _seq(_PS, _rep(_alt(_PS, _seq(_lit("."), _PS)), 0, 6))
 _COLON = _enc(":")
+_SEP_AT = re.compile(f"{_PS.full}|{_WS.full}", re.IGNORECASE)
 _STOP_CLASS = r"[\s\"'`<>*|()\[\]{}\x00-\x1f\x7f。，、；：！？「」『』（）【】《》〈〉]"
 
 
@@ -255,7 +288,7 @@ def _var_start() -> _P:
     return _alt(
         _seq(pct, _lit("homedrive"), pct, pct, _lit("homepath"), pct),
         _seq(dollar, _opt(_seq(_lit("env"), _COLON)), names),
-        _seq(dollar, _enc("{"), names, _enc("}")),
+        _seq(dollar, _enc("{"), _opt(_seq(_lit("env"), _COLON)), names, _enc("}")),
         _seq(pct, names, pct),
     )
 
@@ -271,39 +304,88 @@ def _device_start() -> _P:
     )
 
 
+def _cfg_start(cfg_roots: tuple[str, ...]) -> _P:
+    """A configured root or mount prefix (also behind the firmlink/proc aliases)."""
+    cfg = _alt(*[_segments(r) for r in cfg_roots])
+    return _group("cfg", _seq(_PSEPS, _opt(_seq(_ALIAS_START, _PSEPS)), cfg, _root_end()))
+
+
 def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
     """Every start form, one named alternative per family (longest and most
     specific first: a configured root before the default roots)."""
-    roots = _alt(*[_segments(r) for r in DEFAULT_ROOT_NAMES])
+    roots = _alt(
+        *[_segments(r) for r in DEFAULT_ROOT_NAMES],
+        # Cygwin /cygdrive/c/..., Git Bash / MSYS /c/Users/...
+        _seq(_lit("cygdrive"), _PSEPS, _ch("[a-z]")),
+        _seq(_ch("[a-z]"), _PSEPS, _alt(*[_lit(w) for w in WIN_TOP_FOLDERS])),
+    )
     user = _seq(_ch("[a-z_]"), _rep(_ch(r"[\w.-]"), 0, 31))
     unc_lead = _alt(_rep(_BS, 2, 8), _rep(_BS_ENC, 2, 2))
-    drive_sep = _alt(_WS, _seq(_lit("/"), _look(_ch("[^/]"))), _lit("%2f"), _lit("%252f"))
+    drive_sep = _alt(
+        _WS,
+        _seq(_lit("/"), _look(_ch("[^/]"))),
+        *[_lit(e) for e in ("%2f", "%252f", *_HTML_SLASHES)],
+    )
     schemes = _alt(*[_lit(s) for s in EDITOR_SCHEMES])
     alts = []
     if cfg_roots:
-        cfg = _alt(*[_segments(r) for r in cfg_roots])
-        alts.append(_group("cfg", _seq(_PSEPS, _opt(_seq(_ALIAS_START, _PSEPS)), cfg, _root_end())))
+        alts.append(_cfg_start(cfg_roots))
     share = _look(_ch(r"[\w.$%-]"))
     return [
         *alts,
-        _group("posix", _seq(_PSEPS, _alt(_ALIAS_START, roots), _look(_PS))),
+        # a default root may be followed by a Windows separator: /home\\bob\\x (mixed),
+        # not by a JSON escape (line\\n/home\\nmore is /home alone, then a newline)
+        _group(
+            "posix",
+            _seq(
+                _PSEPS,
+                _alt(_ALIAS_START, roots),
+                _look(_alt(_PS, _seq(_WS, _ch(r'(?-i:[^nrtu"\\\\/\s])')))),
+            ),
+        ),
         _group("uri", _seq(_PS, _PS, _lit("file"), _look(_PS))),
         _group("device", _device_start()),
         _group("unc", _seq(unc_lead, _rep(_ch(r"[\w.$-]"), 1, 63), _WS, share)),
         _group("drive", _seq(_ch("[a-z]"), _COLON, drive_sep)),
-        _group("winroot", _seq(_WS, _lit("users"), _look(_WS))),  # \\Users\\bob: no drive
+        # \\Users\\bob: no drive; an NT device path \\Device\\HarddiskVolume3\\...
+        _group(
+            "winroot",
+            _seq(
+                _WS,
+                _alt(
+                    _lit("users"),
+                    _seq(_lit("device"), _WS, _lit("harddiskvolume"), _rep(_ch("[0-9]"), 1, 3)),
+                ),
+                _look(_WS),
+            ),
+        ),
         _group("tilde", _seq(_lit("~"), _opt(user), _alt(_PS, _WS))),
-        _group("var", _seq(_var_start(), _alt(_PS, _WS))),
+        # "$HOME"/x: the shell's quoted variable (the closing quote is given back)
+        _group("var", _seq(_var_start(), _opt(_lit('"')), _alt(_PS, _WS))),
         _group("file", _seq(_lit("file"), _COLON, _PS)),
         _group("deeplink", _seq(schemes, _COLON, _PS, _PS, _lit("file"), _look(_PS))),
+        # vscode-remote://ssh-remote+host/abs/path: a file on the (remote) machine
+        _group(
+            "remote",
+            _seq(
+                _lit(REMOTE_SCHEME),
+                _COLON,
+                _PS,
+                _PS,
+                _lazy(_rep(_ch(r"[\w.+@%-]"), 1, 100)),
+                _look(_PS),
+            ),
+        ),
     ]
 
 
 #: a letters-only fragment is a prefix of a start iff it is one letter (a drive)
 #: or a prefix of one of these
-_LETTER_PREFIXES = frozenset(w[:i] for w in ("file", *EDITOR_SCHEMES) for i in range(2, len(w) + 1))
+_LETTER_PREFIXES = frozenset(
+    w[:i] for w in ("file", REMOTE_SCHEME, *EDITOR_SCHEMES) for i in range(2, len(w) + 1)
+)
 #: characters a start may begin with: the triggers and (for C:, file:, vscode:) letters
-_FIRST_CHARS = "/~\\:%$abcdefghijklmnopqrstuvwxyz"
+_FIRST_CHARS = "/~\\:%$&abcdefghijklmnopqrstuvwxyz"
 
 
 def _by_first_char(
@@ -326,7 +408,7 @@ def _by_first_char(
 
 # --- spelling: how a path is written, where it ends ------------------------------
 
-_TRIGGER = re.compile(r"[/~\\:%$]")
+_TRIGGER = re.compile(r"[/~\\:%$&]")
 _OPENERS = "([{"
 _BRACKETS = "([{)]}"
 _CLOSER_OF = {")": "(", "]": "[", "}": "{"}
@@ -336,7 +418,7 @@ _NOT_BOUNDARY = frozenset("/\\.~")
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-")
 _HEX = frozenset("0123456789abcdefABCDEF")
 #: a JSON escape that ends a path (odd backslash run, then ``" n r t b f``)
-_ESC_END = r'(?<!\\)(?:\\\\)*\\(?=["nrtbf])'
+_ESC_END = r'(?<!\\)(?:\\\\)*\\(?=["nrtbf]|u00[01][0-9a-fA-F])'
 #: a plain Windows path: ``\\`` is a separator, never an escape
 _STOP_WIN = re.compile(_STOP_CLASS)
 #: JSON-escaped paths: also JSON escapes (``\\n``, ``\\"``...)
@@ -346,17 +428,21 @@ _STOP_ESC = re.compile(rf"{_STOP_CLASS}|{_ESC_END}")
 _STOP_SHELL = re.compile(rf"(?<!(?<!\\)\\){_STOP_CLASS}|{_ESC_END}")
 #: percent-encoded paths: also the URL delimiters
 _STOP_PCT = re.compile(rf"{_STOP_CLASS}|[&#?=]|{_ESC_END}")
-_SEPARATORS = re.compile(r"(?:\\u00(?:2[fF]|5[cC])|%(?:25)?(?:2[fF]|5[cC])|[/\\])+")
+_SEPARATORS = re.compile(
+    r"(?:\\u00(?:2[fF]|5[cC])|%(?:25)?(?:2[fF]|5[cC])|[/\\]|(?i:&#x2f;|&#47;|&sol;|&#x5c;|&#92;|&bsol;))+"
+)
 _DUP_SEP = re.compile(r"/(?:\.?/)+")
 _DUP_WIN_SEP = re.compile(r"\\(?:\.?\\)+")
 _DRIVE = re.compile(r"/?[A-Za-z]:[\\/]")
 _BACKSLASHES = re.compile(r"\\+")
 _JSON_U = re.compile(r"\\u[0-9a-fA-F]{4}")
-_JSON_ESCAPE = re.compile(r'\\[u"\\/bfnrt]')
+#: a JSON escape that can sit inside a path in JSON text; not ``\b`` ``\t``...: they
+#: would be control characters in a file name (in prose ``a\b.txt`` is a name)
+_JSON_ESCAPE = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/])')
 _TILDE_HEAD = re.compile(r"~[^/\\]*")
 _NON_SEPARATOR = re.compile(r"[^/\\.]")
 _EMPTY_BODY = re.compile(rf"(?:{_PS.full}|{_WS.full}|\.)*", re.IGNORECASE)
-_SECOND_START = re.compile(r"\s(?=[/~\\%$]|[a-z][a-z-]*(?::|%3a))", re.IGNORECASE)
+_SECOND_START = re.compile(r"\s(?=[/~\\%$&]|[a-z][a-z-]*(?::|%3a))", re.IGNORECASE)
 _SHELL_ESC = re.compile(r"\\([ ()\[\]{}'&;!$*?|<>`#=,\\])")
 _JSON_ESC = re.compile(r"\\(?:u([0-9a-fA-F]{4})|(.))", re.DOTALL)
 _JSON_CHARS = {
@@ -371,7 +457,7 @@ _JSON_CHARS = {
 }
 _LINE_COL = re.compile(r"(?::\d+){1,2}\Z")
 _ALIAS = re.compile(r"/(?:system/volumes/data|proc/(?:\d+|self|thread-self)/root)(?=/|\Z)", re.I)
-_VAR_HEAD = re.compile(r"%homedrive%%homepath%|\$\{(\w+)\}|\$(?:env:)?(\w+)|%(\w+)%", re.I)
+_VAR_HEAD = re.compile(r"%homedrive%%homepath%|\$\{(?:env:)?(\w+)\}|\$(?:env:)?(\w+)|%(\w+)%", re.I)
 #: a segment right below one of these (or ``run/user``) is a user name, also when the
 #: folder is longer (a path that ran into another one)
 _USER_PARENT_NAMES = frozenset({"users", "home", "media", "documents and settings"})
@@ -387,6 +473,7 @@ class _Spelling(NamedTuple):
     pct: int
     stop: re.Pattern[str]
     quote_end: dict[str, re.Pattern[str]]
+    html: bool = False  #: separators are HTML character references (``&#x2F;``)
 
 
 def _quote_ends(esc: bool) -> dict[str, re.Pattern[str]]:
@@ -405,14 +492,14 @@ def _quote_ends(esc: bool) -> dict[str, re.Pattern[str]]:
 
 
 @functools.lru_cache(maxsize=64)
-def _spelling(win: bool, json: int, pct: int) -> _Spelling:
+def _spelling(win: bool, json: int, pct: int, html: bool = False) -> _Spelling:
     if pct:
         stop = _STOP_PCT
     elif win and json == 0:
         stop = _STOP_WIN
     else:
         stop = _STOP_ESC if json else _STOP_SHELL
-    return _Spelling(win, json, pct, stop, _quote_ends(stop is not _STOP_WIN))
+    return _Spelling(win, json, pct, stop, _quote_ends(stop is not _STOP_WIN), html)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -421,8 +508,11 @@ def _spelling_of(family: str, start: str) -> _Spelling:
     low = start.lower()
     pct = 2 if _PCT2.search(low) else 1 if _PCT1.search(low) else 0
     runs = [len(r) for r in re.findall(r"\\+", start.replace("\\u00", "u00"))]
+    # a home, a variable or a POSIX root followed by a backslash: Windows separators
+    # (/home\\bob\\x is a mixed spelling: there \\b is a separator, not an escape)
     win = family in _WIN_START or (
-        family in ("tilde", "var") and (low.endswith(("\\", "%5c", "\\u005c")) and "\\/" not in low)
+        family in ("tilde", "var", "posix", "cfg")
+        and (low.endswith(("\\", "%5c", "\\u005c", *_HTML_BACKSLASHES)) and "\\/" not in low)
     )
     if "\\u00" in low:
         json = 1
@@ -435,7 +525,7 @@ def _spelling_of(family: str, start: str) -> _Spelling:
         double = family in ("unc", "device") and "??" not in start
         lead = runs[0] if family in ("unc", "device") else runs[-1]
         json = min(2, max(0, lead.bit_length() - (2 if double else 1)))
-    return _spelling(win, json, pct)
+    return _spelling(win, json, pct, "&" in start)
 
 
 def _json_unescape(s: str) -> str:
@@ -469,7 +559,7 @@ def json_escape(s: str) -> str:
 
 
 def could_contain_path(text: str) -> bool:
-    """False when ``text`` cannot hold a path start (none of ``/ ~ \\ : % $``)."""
+    """False when ``text`` cannot hold a path start (none of ``/ ~ \\ : % $ &``)."""
     return _TRIGGER.search(text) is not None
 
 
@@ -498,20 +588,40 @@ def is_boundary(ch: str) -> bool:
     return True
 
 
+#: a command-line flag glued to its value: ``-I/usr/x``, ``-LC:\\x``, ``--include/x``
+#: (the ``-`` at the start, after whitespace, a quote, ``=``, ``,``, an opener)
+_FLAG_BEFORE = re.compile(r"(?:^|(?<=[\s\"'`(=,;\[{]))--?[A-Za-z]{1,16}\Z")
+#: an ANSI CSI sequence (colours: ``ESC[1;34m``), raw or escaped (``\\u001b``, ``\\x1b``,
+#: ``\\033``, ``\\e``; up to two JSON levels)
+_CSI_BEFORE = re.compile(r"(?:\x1b|\\{1,4}(?:u001[bB]|x1[bB]|033|e))\[[0-9;:?]{0,16}[A-Za-z]\Z")
+
+
 def _boundary_at(buf: str, k: int) -> bool:
-    """May a path start at ``buf[k]``? Also after a JSON ``\\n`` or a ``%XX`` escape."""
+    """May a path start at ``buf[k]``? Also after a JSON ``\\n`` or a ``%XX`` escape,
+    a glued command-line flag (``-I``), an ANSI colour code, markdown ``~~``."""
     if k == 0:
         return True
     ch = buf[k - 1]
     if ch in _NOT_BOUNDARY:
-        return False
+        return ch == "~" and k >= 2 and buf[k - 2] == "~"  # ~~strikethrough~~
     if not ch.isalnum() or _spaceless_script(ch):
         return True
     if k >= 2 and buf[k - 2] == "\\" and ch in "nrtbf":
         return True
-    if k < 3 or ch not in _HEX or buf[k - 2] not in _HEX:
+    if (
+        k >= 3
+        and ch in _HEX
+        and buf[k - 2] in _HEX
+        and (buf[k - 3] == "%" or (k >= 5 and buf[k - 5 : k - 2] == "%25"))
+    ):
+        return True
+    if not ("a" <= ch <= "z" or "A" <= ch <= "Z"):
         return False
-    return buf[k - 3] == "%" or (k >= 5 and buf[k - 5 : k - 2] == "%25")
+    lo = max(0, k - 20)
+    if buf.find("-", lo, k) >= 0 and _FLAG_BEFORE.search(buf, lo, k) is not None:
+        return True
+    lo = max(0, k - 28)
+    return buf.find("[", lo, k) >= 0 and _CSI_BEFORE.search(buf, lo, k) is not None
 
 
 # --- normal form and names -------------------------------------------------------
@@ -575,6 +685,13 @@ def _normal_deeplink(s: str) -> str:
     return _canon_posix(rest)
 
 
+def _normal_remote(s: str) -> str:
+    """``vscode-remote://ssh-remote+host/home/x`` -> ``/home/x``."""
+    s = unquote(s)
+    rest = s[s.find("//") + 2 :]
+    return _canon_posix(rest[rest.find("/") :])
+
+
 def _normal_device(s: str) -> str:
     """``\\\\?\\C:\\x`` -> ``C:\\x``; ``\\\\?\\UNC\\srv\\share`` -> ``\\\\srv\\share``."""
     s = s.replace("/", "\\")
@@ -593,7 +710,8 @@ def _normal_var(s: str, win: bool) -> str:
     assert m is not None
     name = (m.group(1) or m.group(2) or m.group(3) or "homepath").lower()
     head = "~" if name in HOME_VARS else "C:" if name == "homedrive" else m.group()
-    rest = _canon_rest(s[m.end() :], win)
+    rest = s[m.end() :]
+    rest = _canon_rest(rest[1:] if rest[:1] == '"' else rest, win)
     if head == "C:":
         return _canon_win("C:" + (rest or "\\"))
     return head + rest
@@ -621,10 +739,36 @@ def file_name(path: str) -> str:
 
 def _trim_end(raw: str, before: str) -> str:
     """Give trailing sentence punctuation back; after ``_`` also the closing ``_``
-    of markdown emphasis (``_/tmp/x.txt_``)."""
+    of markdown emphasis (``_/tmp/x.txt_``), after ``~`` (``~~``) the closing ``~~``
+    of a strikethrough."""
     raw = raw.rstrip(_TRAILING_PUNCT)
     if before == "_" and raw.endswith("_"):
         raw = raw[:-1].rstrip(_TRAILING_PUNCT)
+    elif before == "~" and raw.endswith("~~"):
+        raw = raw[:-2].rstrip(_TRAILING_PUNCT)
+    return raw
+
+
+_HTML_SEP = re.compile(r"&(?:#x2f|#47|sol|#x5c|#92|bsol);", re.IGNORECASE)
+#: a separator still encoded in a name (a spelling that changed inside the path)
+_ENCODED_SEP = re.compile(r"%(?:25)*(?:2f|5c)|&(?:#x2f|#47|sol|#x5c|#92|bsol);", re.IGNORECASE)
+
+
+def _after_encoded_separator(name: str) -> str:
+    """What follows the last separator still encoded in ``name`` (the folders before it
+    must not reach the client); the last non-empty part when it ends with one."""
+    parts = [p for p in _ENCODED_SEP.split(name) if p]
+    return parts[-1] if parts else name
+
+
+_ENTITY_CUT = re.compile(r"&(?:#x2f|#47|sol|#x5c|#92|bsol)\Z", re.IGNORECASE)
+
+
+def _entity_end(buf: str, start: int, raw: str) -> str:
+    """The ``;`` of a trailing HTML separator (``&#47;``) is not sentence punctuation."""
+    end = start + len(raw)
+    if buf[end : end + 1] == ";" and _ENTITY_CUT.search(raw):
+        return raw + ";"
     return raw
 
 
@@ -679,6 +823,41 @@ class Clear(NamedTuple):
 
 ScanResult = Found | NeedMore | Overlong | Clear
 
+
+class Memo:
+    """Search results a caller keeps while it scans one and the same buffer.
+
+    ``search``: pattern -> (searched from, first match or None), see :func:`_first`;
+    ``second``: (searched from, first start after whitespace or -1), see
+    :meth:`PathDetector._second_start`. A new buffer needs a new memo."""
+
+    __slots__ = ("search", "second")
+
+    def __init__(self) -> None:
+        self.search: dict[re.Pattern[str], tuple[int, re.Match[str] | None]] = {}
+        self.second: tuple[int, int] | None = None
+
+
+def _first(pat: re.Pattern[str], buf: str, pos: int, memo: Memo | None) -> re.Match[str] | None:
+    """``pat.search(buf, pos)``, memoised per buffer.
+
+    A search from ``p0`` that found its first match at ``m`` (or none) answers every
+    later search from ``p0 <= pos <= m``: the matches of these patterns do not depend
+    on where the search started (look-behinds see the whole buffer). So quoted starts
+    that share one far closer (or one missing closer) cost one search between them,
+    not one each (``](`` repeated 10^5 times was quadratic)."""
+    if memo is None:
+        return pat.search(buf, pos)
+    got = memo.search.get(pat)
+    if got is not None:
+        p0, m = got
+        if p0 <= pos and (m is None or pos <= m.start()):
+            return m
+    m = pat.search(buf, pos)
+    memo.search[pat] = (pos, m)
+    return m
+
+
 _tuple_new = tuple.__new__
 
 
@@ -716,19 +895,20 @@ class OverlongPath:
         if not final and text.endswith("\\"):
             cut = len(text.rstrip("\\"))
             text, self._pending = text[:cut], text[cut:]
+        # brackets only move ``pos``: the text is consumed once, at the end (one
+        # split per feed, not one per bracket: ``((((...`` stays linear)
         pos = 0
         while True:
             m = self._stop.search(text, pos)
             if m is None:
-                self._consume(text[pos:])
+                self._consume(text)
                 return (text[len(text) :], self._finish()) if final else None
             ch = m.group()
             if ch in _OPENERS or (ch in _CLOSER_OF and self._depth > 0):
                 self._depth += 1 if ch in _OPENERS else -1
-                self._consume(text[pos : m.end()])
                 pos = m.end()
                 continue
-            self._consume(text[pos : m.start()])
+            self._consume(text[: m.start()])
             return text[m.start() :], self._finish()
 
     def _consume(self, chunk: str) -> None:
@@ -801,9 +981,18 @@ class PathDetector:
         self._win_roots = tuple(sorted(set(win), key=len, reverse=True))
         alts = _start_grammar(self._posix_roots)
         self._start, self._prefix = _by_first_char(alts)
+        # a configured root of two or more segments is a start also right after a
+        # letter, digit, "." or "~" (x/srv/agent/artifacts/a names the layout all the
+        # same); a one-segment one (/workspace) keeps the boundary rule, it is too
+        # common in URL paths (https://host.example/workspace/...)
+        glued = tuple(r for r in posix if "/" in r.strip("/"))
+        self._glued_start, self._glued_prefix = (
+            _by_first_char([_cfg_start(glued)]) if glued else ({}, {})
+        )
         self._cfg_lower = tuple(r.lower() for r in (*self._posix_roots, *self._win_roots))
         self.max_path_chars = max_path_chars
         self.max_start_chars = max(a.maxlen for a in alts) + 1
+        self._memo_slot: tuple[str | None, Memo] = (None, Memo())
 
     # -- start recognition -------------------------------------------------------
 
@@ -811,15 +1000,17 @@ class PathDetector:
         """Boundary positions in the ASCII word that ends before ``buf[k]`` (for
         ``C:``, ``file:``, ``vscode:``), leftmost first: its first letter, a letter
         after ``-``, after a JSON ``\\n`` or after a ``%XX`` escape."""
-        if k - 2 < lo or buf[k - 2] not in _WORD:  # one letter: a drive (the common case)
+        if k < 2 or buf[k - 2] not in _WORD:  # one letter: a drive (the common case)
             return [k - 1] if buf[k - 1] != "-" and _boundary_at(buf, k - 1) else []
+        # the word may begin in the emitted history (``--include`` + ``C:``): it is read
+        # there, within the look-behind, but only starts from ``lo`` on are returned
         j = k
-        floor = max(lo, k - 16)
+        floor = max(0, k - 24)
         while j > floor and buf[j - 1] in _WORD:
             j -= 1
         # inside the word only j + 1 (after \\n or %XX) or a letter after "-" can be one
-        cands = range(j, k) if "-" in buf[j:k] else (j, j + 1)
-        return [i for i in cands if i < k and buf[i] != "-" and _boundary_at(buf, i)]
+        cands = range(max(j, lo), k) if "-" in buf[j:k] else (j, j + 1)
+        return [i for i in cands if lo <= i < k and buf[i] != "-" and _boundary_at(buf, i)]
 
     def _tail_start(self, buf: str, lo: int) -> int:
         """Where a possible start begins in a letter tail of ``buf`` (``C``, ``fil``,
@@ -836,35 +1027,55 @@ class PathDetector:
                 return i - 1 if i > lo and buf[i - 1] == "`" else i
         return n
 
-    def _start_at(self, buf: str, s: int, final: bool, lo: int = 0) -> ScanResult | None:
+    def _start_at(
+        self,
+        buf: str,
+        s: int,
+        final: bool,
+        lo: int = 0,
+        memo: Memo | None = None,
+        glued: bool = False,
+    ) -> ScanResult | None:
         """Is there a start at ``buf[s]``? Parse the path, hold it, or None.
 
         ``lo``: where the not yet emitted text begins (a code span's opening backtick
-        before it cannot be part of a replacement any more)."""
-        start = self._start.get(buf[s])
+        before it cannot be part of a replacement any more). ``glued``: not at a
+        boundary, only a multi-segment configured root may start here."""
+        starts, prefixes = (
+            (self._glued_start, self._glued_prefix) if glued else (self._start, self._prefix)
+        )
+        start = starts.get(buf[s])
         if start is None:
             return None
         m = start.match(buf, s)
         n = len(buf)
         if m is None or (not final and m.end() == n):
-            if (
-                not final
-                and n - s <= self.max_start_chars
-                and self._prefix[buf[s]].fullmatch(buf, s)
-            ):
+            if not final and n - s <= self.max_start_chars and prefixes[buf[s]].fullmatch(buf, s):
                 return NeedMore(s - 1 if s > lo and buf[s - 1] == "`" else s)
             return None
         family = m.lastgroup or ""
         st = m.group()
         if s and buf[s - 1] == ":" and st[:2] == "//" and family in ("posix", "cfg"):
             return None  # scheme://host: a URL authority
+        if family in ("posix", "cfg"):
+            # the separator after the root says how the rest is spelled too
+            # (/home%2Fbob%2Fx is percent-encoded, /home\\/bob JSON-escaped)
+            sep = _SEP_AT.match(buf, m.end())
+            if sep is not None:
+                if not final and sep.end() == n:
+                    return NeedMore(s - 1 if s > lo and buf[s - 1] == "`" else s)
+                st += sep.group()
         sp = _spelling_of(family, st)
         ctx, closer = self._context(buf, s)
-        if closer:
-            res = self._parse_quoted(buf, s, m.end(), family, sp, ctx, closer, final)
+        if closer and not (family == "var" and '"' in st):  # "$HOME"/x: the quote is closed
+            res = self._parse_quoted(buf, s, m.end(), family, sp, ctx, closer, final, memo)
             if res is not None:
                 return _code_span(buf, s, res) if closer == "`" and s > lo else res
-        return self._parse_prose(buf, s, m.end(), family, sp, final)
+        res = self._parse_prose(buf, s, m.end(), family, sp, final)
+        if family == "var" and '"' in st and type(res) is Found and s and buf[s - 1] == '"':
+            # "$HOME"/x/a.txt -> "a.txt": the quote the variable closed closes the name
+            res = _found(res.start, res.end, res.match._replace(suffix='"'))
+        return res
 
     # -- the scan ----------------------------------------------------------------
 
@@ -873,7 +1084,18 @@ class PathDetector:
 
         ``buf[:pos]`` is context only (up to :data:`LOOKBEHIND` characters already
         emitted): it is looked at for boundaries and openers but never reported.
+        The rewriter scans one buffer many times (once per path, from its end):
+        those scans share one :class:`Memo`, which makes scanning the buffer linear.
+        It lives in a one-entry slot keyed by the buffer's identity (a ``str`` never
+        changes), read and replaced as one tuple: rewriters sharing the detector only
+        cost each other a miss.
         """
+        slot = self._memo_slot
+        if slot[0] is buf:
+            memo = slot[1]
+        else:
+            memo = Memo()
+            self._memo_slot = (buf, memo)
         k = pos
         search = _TRIGGER.search
         while True:
@@ -884,13 +1106,18 @@ class PathDetector:
             ch = t.group()
             if ch in ":%" and k > pos and buf[k - 1] in _WORD:
                 for i in self._word_starts(buf, k, pos):
-                    res = self._start_at(buf, i, final, pos)
+                    res = self._start_at(buf, i, final, pos, memo)
                     if res is not None:
                         return res
-            if ch != ":" and _boundary_at(buf, k):
-                res = self._start_at(buf, k, final, pos)
-                if res is not None:
-                    return res
+            if ch != ":":
+                if _boundary_at(buf, k):
+                    res = self._start_at(buf, k, final, pos, memo)
+                    if res is not None:
+                        return res
+                elif buf[k] in self._glued_start and buf[k - 1] not in "/\\":
+                    res = self._start_at(buf, k, final, pos, memo, glued=True)
+                    if res is not None:
+                        return res
             k += 1
 
     def _context(self, buf: str, start: int) -> tuple[Context, str]:
@@ -915,11 +1142,14 @@ class PathDetector:
         ctx: Context,
         closer: str,
         final: bool,
+        memo: Memo | None = None,
     ) -> ScanResult | None:
         """A delimited path; None means "read it as prose instead"."""
         limit = start + self.max_path_chars
         ends = sp.quote_end
-        m = (ends.get(closer) or ends[closer[-1]]).search(buf, body, limit + 1)
+        m = _first(ends.get(closer) or ends[closer[-1]], buf, body, memo)
+        if m is not None and m.end() > limit + 1:
+            m = None  # no closer within the bound (so len(buf) > limit): prose
         if m is None:
             if final or len(buf) > limit:
                 return None
@@ -927,17 +1157,37 @@ class PathDetector:
         if m.group(1) is None:
             return None
         raw = buf[start : m.end() - 1].rstrip()
-        if self._second_start(raw):
+        if self._second_start(buf, start, start + len(raw), memo):
             return None
         return self._finish(raw, start, body, family, sp, ctx)
 
-    def _second_start(self, raw: str) -> bool:
-        """Does quoted text hold a second path start after whitespace?"""
-        for m in _SECOND_START.finditer(raw):
-            start = self._start.get(raw[m.end()])
-            if start is not None and start.match(raw, m.end()) is not None:
-                return True
-        return False
+    def _second_start(self, buf: str, lo: int, hi: int, memo: Memo | None = None) -> bool:
+        """Does the quoted text ``buf[lo:hi]`` hold a second path start after whitespace?
+
+        The first candidate at or after ``lo`` in the whole buffer is memoised (a
+        later quoted start before it gets the same answer without a rescan); only a
+        candidate whose start runs past ``hi`` is looked at again, within ``hi``."""
+        got = memo.second if memo is not None else None
+        if got is not None and got[0] <= lo and (got[1] < 0 or lo <= got[1]):
+            q = got[1]
+        else:
+            q = self._next_second_start(buf, lo, len(buf))
+            if memo is not None:
+                memo.second = (lo, q)
+        if q < 0 or q >= hi:
+            return False
+        start = self._start[buf[q]]
+        if start.match(buf, q, hi) is not None:
+            return True
+        return self._next_second_start(buf, q + 1, hi) >= 0
+
+    def _next_second_start(self, buf: str, lo: int, hi: int) -> int:
+        """The first start after whitespace in ``buf[lo:hi]`` (-1 if none)."""
+        for m in _SECOND_START.finditer(buf, lo, hi):
+            start = self._start.get(buf[m.end()])
+            if start is not None and start.match(buf, m.end(), hi) is not None:
+                return m.end()
+        return -1
 
     def _parse_prose(
         self, buf: str, start: int, body: int, family: str, sp: _Spelling, final: bool
@@ -949,30 +1199,39 @@ class PathDetector:
         if m is not None and m.group() not in _BRACKETS and m.start() <= limit:
             # fast path: no bracket inside, the first stop ends the path
             raw = buf[start : m.start()].rstrip(_TRAILING_PUNCT)
-            if start and buf[start - 1] == "_":
-                raw = _trim_end(raw, "_")
+            if start and buf[start - 1] in "_~":
+                raw = _trim_end(raw, buf[start - 1])
+            if sp.html:
+                raw = _entity_end(buf, start, raw)
             return self._finish(raw, start, body, family, sp, Context.PROSE)
         depth = 0
         j = body
         while True:
             m = stop.search(buf, j)
             if m is None:
-                if not final:
-                    return Overlong(start, stop) if n > limit else NeedMore(start)
+                if not final and n <= limit:
+                    return NeedMore(start)
                 end = n
                 break
+            end = m.start()
+            if end > limit:
+                break  # longer than the bound whatever follows: overlong
             ch = m.group()
             if ch in _OPENERS or (ch in _CLOSER_OF and depth > 0):
                 depth += 1 if ch in _OPENERS else -1
                 j = m.end()
                 continue
-            end = m.start()
             break
-        if end - start > self.max_path_chars:
-            done = OverlongPath(stop).feed(buf[start:end], final=True)
-            assert done is not None
-            return Found(start, end, done[1])
+        if end > limit:
+            # at most max_path_chars bracket steps per start; the rest (to the
+            # path's end) is one linear pass of OverlongPath
+            done = OverlongPath(stop).feed(buf[start:], final)
+            if done is None:
+                return Overlong(start, stop)
+            return Found(start, n - len(done[0]), done[1])
         raw = _trim_end(buf[start:end], buf[start - 1] if start else "")
+        if sp.html:
+            raw = _entity_end(buf, start, raw)
         return self._finish(raw, start, body, family, sp, Context.PROSE)
 
     def _finish(
@@ -990,24 +1249,30 @@ class PathDetector:
         if family != "cfg" and (family != "tilde" or raw[1] in "/\\%"):
             # a generic anchor (/tmp/, ~/, C:\\) needs a name after it, not a space
             rest = raw[b:]
-            lead = _EMPTY_BODY.match(rest) if "%" in rest or "\\u" in rest else None
+            lead = _EMPTY_BODY.match(rest) if "%" in rest or "\\u" in rest or "&" in rest else None
             first = _NON_SEPARATOR.search(rest, lead.end() if lead else 0)
             if first is None or first.group().isspace():
                 return None
         json = sp.json
         if not json and "\\" in raw and _in_json_text(raw, family, sp):
             json = 1
+        if not sp.html and "&" in raw and _HTML_SEP.search(raw):
+            # C:\\Users&#x2F;bob: HTML references after a plain start
+            sp = _spelling(sp.win, sp.json, sp.pct, True)
         path = self._normal(family, raw, sp, json)
-        m = _match(raw, path, file_name(path), ctx, json, sp.pct)
+        name = file_name(path)
+        if "%" in name or "&" in name:
+            name = _after_encoded_separator(name)
+        m = _match(raw, path, name, ctx, json, sp.pct)
         return _found(start, start + len(raw), m)
 
     # -- normal form -------------------------------------------------------------
 
     def _normal(self, family: str, raw: str, sp: _Spelling, json: int) -> str:
-        if family == "posix" and not (sp.pct or json) and "\\" not in raw:
+        if family == "posix" and not (sp.pct or json or sp.html) and "\\" not in raw:
             path = _canon_posix(raw)
             return self._configured(path) if self._cfg_lower else path
-        s = raw
+        s = html.unescape(raw) if sp.html else raw
         for _ in range(sp.pct):
             s = unquote(s)
         for _ in range(json):
@@ -1015,7 +1280,7 @@ class PathDetector:
         if json == 0 and not sp.win and "\\" in s:
             s = _SHELL_ESC.sub(r"\1", s)
         if family in ("posix", "cfg"):
-            return self._configured(_canon_posix(s))
+            return self._configured(_canon_posix(s.replace("\\", "/") if sp.win else s))
         if family in ("drive", "winroot"):
             return self._configured(_canon_win(s))
         if family == "unc":
@@ -1030,6 +1295,8 @@ class PathDetector:
             return _normal_var(s, sp.win)
         if family == "file":
             return self._configured(_normal_file_uri(s))
+        if family == "remote":
+            return self._configured(_normal_remote(s))
         return self._configured(_normal_deeplink(s))
 
     def _configured(self, path: str) -> str:

@@ -22,12 +22,15 @@ Strategies
 - :func:`host_paths` -> :class:`HostPath` ``(text, secrets, name)``: one path of
   any class (POSIX roots, configured roots and mount prefixes, aliases such as
   ``/System/Volumes/Data``, ``~``/``~user``, ``$HOME``-style variables, drives, UNC,
-  device prefixes, ``file:`` URIs, editor deep links) in any spelling (plain,
-  other letter case, doubled separators and ``.`` segments, shell escapes, JSON
-  escaped once or twice, ``\\u`` escapes, percent-encoded once or twice).
+  device prefixes, ``\\Device\\HarddiskVolumeN``, Cygwin and MSYS drives, ``file:``
+  URIs, editor deep links, ``vscode-remote://`` URIs) in any spelling (plain, other
+  letter case, doubled separators and ``.`` segments, shell escapes, JSON escaped
+  once or twice, ``\\u`` escapes, percent-encoded once or twice, HTML character
+  references as separators, a POSIX root followed by Windows separators).
 - :func:`planted_texts` -> :class:`Planted` ``(text, secrets, names)``: one or more
   such paths planted in surrounding text (prose, quotes, code spans, markdown
-  links and emphasis, JSON strings, query strings, CJK text, after a JSON ``\\n``).
+  links and emphasis, JSON strings, query strings, CJK text, after a JSON ``\\n``,
+  glued to a command-line flag, after an ANSI colour code, in a strikethrough).
 - :func:`non_paths` / :func:`texts_without_paths`: URLs, API routes, fractions,
   relative paths... that must come out unchanged.
 - :func:`chunkings`: a split of a text into deltas.
@@ -164,7 +167,8 @@ class _Raw(NamedTuple):
     secrets: tuple[str, ...]
     name: str
     win: bool  #: backslash separators
-    kind: str  #: "posix", "win", "var", "file", "deeplink"
+    kind: str  #: "posix", "win", "var", "file", "deeplink", "remote"
+    host: str = ""  #: the authority of a "remote" URI
 
 
 def _folders(draw: st.DrawFn, lo: int = 1, hi: int = 3) -> tuple[list[str], list[str]]:
@@ -206,6 +210,9 @@ def _posix(draw: st.DrawFn) -> _Raw:
             "etc",
             "media",
             "run/user/1000",
+            "cygdrive/c/Users",  # Cygwin
+            "c/Users",  # Git Bash, MSYS
+            "d/Windows",
         ],
     )
     head = "/" + "/".join(_case(draw, seg) for seg in root.split("/"))
@@ -269,6 +276,9 @@ def _var(draw: st.DrawFn) -> _Raw:
             ("%HOMEDRIVE%%HOMEPATH%", True),
             ("%APPDATA%", True),
             ("$env:USERPROFILE", True),
+            ("${env:USERPROFILE}", True),
+            ("%ProgramData%", True),
+            ("%WINDIR%", True),
             ("$HOME", True),
         ],
     )
@@ -279,7 +289,9 @@ def _var(draw: st.DrawFn) -> _Raw:
 
 @st.composite
 def _windows(draw: st.DrawFn) -> _Raw:
-    form = _pick(draw, ["drive", "drive", "users", "rootrel", "unc", "device", "device_unc"])
+    form = _pick(
+        draw, ["drive", "drive", "users", "rootrel", "unc", "device", "device_unc", "ntdevice"]
+    )
     folders, secrets = _folders(draw)
     leaf, name = _leaf(draw, folders)
     drive = _case(draw, "C") + ":"
@@ -291,6 +303,8 @@ def _windows(draw: st.DrawFn) -> _Raw:
         head = "\\" + _case(draw, "Users")
     elif form == "drive":
         head = drive
+    elif form == "ntdevice":  # \Device\HarddiskVolume3\...
+        head = "\\" + _case(draw, "Device") + "\\" + _case(draw, "HarddiskVolume3")
     elif form == "unc":
         server = _secret(draw)
         head, secrets = "\\\\" + server, [server, *secrets]
@@ -309,7 +323,13 @@ _URI_BASES = st.one_of(_posix(), _windows().filter(lambda r: r.head[1:2] == ":")
 @st.composite
 def _uri(draw: st.DrawFn) -> _Raw:
     base = draw(_URI_BASES)
-    kind = _pick(draw, ["file", "file", "deeplink"])
+    kind = _pick(draw, ["file", "file", "deeplink", "remote"])
+    if kind == "remote":
+        if base.head[1:2] == ":":
+            kind = "deeplink"
+        else:  # vscode-remote://ssh-remote+<host>/<path>: the host is a secret too
+            host = _secret(draw)
+            return base._replace(kind=kind, win=False, secrets=(host, *base.secrets), host=host)
     return base._replace(kind=kind, win=False)
 
 
@@ -347,6 +367,8 @@ def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
             "pct",
             "pct_lower",
             "pct2",
+            "html",
+            "mixed",
         ],
     )
     if spelling == "shell" and raw.kind == "posix" and not raw.win and raw.folders:
@@ -357,6 +379,8 @@ def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
             text = "file:///" + quote(text.replace("\\", "/"))
         else:
             text = _pick(draw, ["file://", "file:", "file://localhost", "FILE://"]) + quote(text)
+    elif raw.kind == "remote":
+        text = f"vscode-remote://{_pick(draw, ['ssh-remote+', 'wsl+', ''])}{raw.host}{text}"
     elif raw.kind == "deeplink":
         scheme = _pick(draw, ["vscode", "vscode-insiders", "cursor", "windsurf", "myeditor"])
         line = _pick(draw, ["", ":12", ":3:7"])
@@ -374,6 +398,14 @@ def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
         text = _json1(text, spelling == "json_slash", spelling == "json_ascii")
     elif spelling == "json2":
         text = _json1(_json1(text, _pick(draw, _BOOLS), False), False, False)
+    elif spelling == "html" and raw.kind in ("posix", "var", "win"):
+        # HTML character references as separators (a markdown renderer shows / and \\)
+        refs = ["&#x5C;", "&#92;", "&bsol;"] if raw.win else ["&#x2F;", "&#47;", "&sol;"]
+        text = text.replace(sep, _pick(draw, refs))
+    elif spelling == "mixed" and raw.kind == "posix" and not raw.win and "/" not in raw.head[1:]:
+        # /home\\bob\\x.txt: a POSIX root, then Windows separators
+        i = len(raw.head)
+        text = text[:i] + text[i:].replace("/", "\\")
     elif spelling in ("pct", "pct_lower", "pct2"):
         text = quote(text, safe="")
         if spelling == "pct_lower":
@@ -451,6 +483,10 @@ CONTEXTS: tuple[tuple[str, str], ...] = (
     ("保存在", "。然后"),
     ("文件：", "，好的"),
     ("\n", "\n"),
+    (" -I", " -o out"),  # a flag glued to its value
+    (" --include", " "),
+    ("\x1b[1;34m", "\x1b[0m "),  # ANSI colour code
+    ("~~", "~~ "),  # markdown strikethrough
 )
 
 
@@ -500,6 +536,9 @@ NON_PATHS: tuple[str, ...] = (
     "x//tmp/a",
     "café/tmp/x",
     "profile:///x",
+    "x-I/home/x",
+    "a-b/home/x",
+    "[1;34m/tmp/x",
 )
 
 

@@ -534,6 +534,159 @@ c("x" + B + "/Users/a/b", "x" + B + "/Users/a/b", [], "escaped slash after a let
 c("文件 C: drive", "文件 C: drive", [])
 c("cost $5/month", "cost $5/month", [])
 c("Ｕｓｅｒｓ／alice", "Ｕｓｅｒｓ／alice", [], "fullwidth: out of scope")
+# --- boundaries glued to a word: flags, colour codes, strikethrough, configured roots
+c(
+    "gcc -I/home/alice/proj/include -L/srv/agent/artifacts/sub -o out main.c",
+    "gcc -Iinclude -Lsub -o out main.c",
+    ["/home/alice/proj/include", "/srv/agent/artifacts/sub"],
+    "a flag glued to its value: '-' + letters at a boundary",
+)
+c(
+    "-IC:" + B + "Users" + B + "bob" + B + "inc",
+    "-Iinc",
+    ["C:" + B + "Users" + B + "bob" + B + "inc"],
+)
+c('-I"C:' + B + "Users" + B + 'bob" x', '-I"~" x', ["C:" + B + "Users" + B + "bob"])
+c("CFLAGS=-I/home/alice/inc make", "CFLAGS=-Iinc make", ["/home/alice/inc"])
+c("--include/home/alice/x.h", "--includex.h", ["/home/alice/x.h"], "long flags too")
+c("x-I/home/alice/b.h", "x-I/home/alice/b.h", [], "'-' inside a word is no flag")
+c("a-b/home/x and-or/tmp/y", "a-b/home/x and-or/tmp/y", [])
+c(
+    "\x1b[1;34m/tmp/q/report.txt\x1b[0m",
+    "\x1b[1;34mreport.txt\x1b[0m",
+    ["/tmp/q/report.txt"],
+    "ANSI colour code before the path",
+)
+c(
+    '{"a":"' + B + "u001b[1;34m/tmp/q/report.txt" + B + 'u001b[0m"}',
+    '{"a":"' + B + "u001b[1;34mreport.txt" + B + 'u001b[0m"}',
+    ["/tmp/q/report.txt"],
+    "JSON-escaped colour code; an escaped control character ends the path",
+)
+c(
+    "\x1b[0;32mC:" + B + "Users" + B + "bob" + B + "r.txt\x1b[0m",
+    "\x1b[0;32mr.txt\x1b[0m",
+    ["C:" + B + "Users" + B + "bob" + B + "r.txt"],
+)
+c(
+    'echo -e "' + B + '033[1m/home/bob/x.txt"',
+    'echo -e "' + B + '033[1mx.txt"',
+    ["/home/bob/x.txt"],
+    "colour code spelled in a shell string",
+)
+c("[1;34m/tmp/q/b.txt", "[1;34m/tmp/q/b.txt", [], "no ESC: a word, not a colour code")
+c(
+    "~~/tmp/q/report.txt~~ and ~~/home/bob/a.txt~~.",
+    "~~report.txt~~ and ~~a.txt~~.",
+    ["/tmp/q/report.txt", "/home/bob/a.txt"],
+    "markdown strikethrough: the closing ~~ is given back",
+)
+c(
+    "x/srv/agent/artifacts/a.txt and ../data/artifacts/b.bin",
+    "xa.txt and ..b.bin",
+    ["/srv/agent/artifacts/a.txt", "/data/artifacts/b.bin"],
+    "a multi-segment configured root names the layout even glued to a word",
+)
+c(
+    "x/workspace/a.txt https://host.example/workspace/b",
+    "x/workspace/a.txt https://host.example/workspace/b",
+    [],
+    "a one-segment configured root needs a boundary (common URL path)",
+)
+c("`a" + B + "b.txt`", "`a" + B + "b.txt`", [], "a backslash in a name is no JSON escape")
+c(
+    "`/tmp/q/a" + B + "b.txt`",
+    "`b.txt`",
+    ["/tmp/q/a" + B + "b.txt"],
+    "never a JSON \\b (was a\\u0008.txt); a backslash separates the name",
+)
+# --- more spellings: Cygwin/MSYS, remote URIs, HTML references, variables, NT devices
+c(
+    "/cygdrive/c/Users/bob/x.txt and /c/Users/bob/y.txt",
+    "x.txt and y.txt",
+    ["/cygdrive/c/Users/bob/x.txt", "/c/Users/bob/y.txt"],
+    "Cygwin and Git Bash / MSYS drive paths",
+)
+c("/d/Program Files/App/app.ini", "app.ini", ["/d/Program Files/App/app.ini"])
+c("/c/Windows/System32/drivers", "drivers", ["/c/Windows/System32/drivers"])
+c("/c/projects/x and /cygdrive", "/c/projects/x and /cygdrive", [], "not a Windows top folder")
+c(
+    "open vscode-remote://ssh-remote+host/home/bob/x.py now",
+    "open x.py now",
+    ["/home/bob/x.py"],
+    "a remote editor URI: the path after the authority",
+)
+c(
+    '"vscode-remote://wsl%2BUbuntu/srv/app/a.py"',
+    '"a.py"',
+    ["/srv/app/a.py"],
+)
+c("vscode-remote://host", "vscode-remote://host", [], "no path after the authority")
+c(
+    "&#x2F;home&#x2F;bob&#x2F;a.txt &#47;tmp&#47;q&#47;b.txt &sol;Users&sol;al&sol;c.txt",
+    "a.txt b.txt c.txt",
+    ["/home/bob/a.txt", "/tmp/q/b.txt", "/Users/al/c.txt"],
+    "HTML character references for / (a markdown renderer shows slashes)",
+)
+c(
+    "C:&#x5C;Users&#x5C;bob&#x5C;d.txt &bsol;&bsol;srv&bsol;share&bsol;e.txt",
+    "d.txt e.txt",
+    ["C:" + B + "Users" + B + "bob" + B + "d.txt", B + B + "srv" + B + "share" + B + "e.txt"],
+    "... and for a backslash",
+)
+c("dir &#47;home&#47;bob&#47;; ok", "dir ~; ok", ["/home/bob"], "the ; of a trailing reference")
+c("Tom &sol; Jerry &amp; &#47;tmp&#47;", "Tom &sol; Jerry &amp; &#47;tmp&#47;", [])
+c('cd "$HOME"/proj/a.txt', 'cd "a.txt"', ["~/proj/a.txt"], "a quoted shell variable")
+c(
+    'cd "${HOME}"/proj && ls "$TMPDIR"/x',
+    'cd "proj" && ls "x"',
+    ["~/proj", "$TMPDIR/x"],
+)
+c('echo "$HOME" "$HOME"/', 'echo "$HOME" "$HOME"/', [], "a variable alone")
+c(
+    "${env:USERPROFILE}" + B + "proj" + B + "a.txt",
+    "a.txt",
+    ["~" + B + "proj" + B + "a.txt"],
+    "PowerShell ${env:...}",
+)
+c(
+    "%ProgramData%" + B + "App" + B + "cfg.ini and %WINDIR%" + B + "x.log",
+    "cfg.ini and x.log",
+    ["%ProgramData%" + B + "App" + B + "cfg.ini", "%WINDIR%" + B + "x.log"],
+)
+c(
+    B + "Device" + B + "HarddiskVolume3" + B + "Users" + B + "bob" + B + "f.txt",
+    "f.txt",
+    [B + "Device" + B + "HarddiskVolume3" + B + "Users" + B + "bob" + B + "f.txt"],
+    "NT device path",
+)
+c(
+    "/home%2Fbob%2Fx.txt and /home" + B + "bob" + B + "proj" + B + "a.txt",
+    "x.txt and a.txt",
+    ["/home/bob/x.txt", "/home/bob/proj/a.txt"],
+    "mixed spellings: the separator after the root decides",
+)
+c(
+    "C:" + B + "Users&#x2F;bob&#x2F;x.txt C:" + B + "Users" + B + "bob" + B + "a%2Fsecret%2Fc.txt",
+    "x.txt c.txt",
+    [
+        "C:" + B + "Users" + B + "bob" + B + "x.txt",
+        "C:" + B + "Users" + B + "bob" + B + "a%2Fsecret%2Fc.txt",
+    ],
+    "a spelling that changes inside the path: no folder reaches the name",
+)
+c(
+    "line" + B + "n/home" + B + "nmore",
+    "line" + B + "n/home" + B + "nmore",
+    [],
+    "a root then a JSON escape is the root alone, not a mixed spelling",
+)
+c(
+    "//cdn.example.com/x.js //host/share/y",
+    "//cdn.example.com/x.js //host/share/y",
+    [],
+    "protocol-relative URLs: out of scope",
+)
 # --- long
 LONG = "/tmp/" + "d/" * 2500 + "final.txt"
 c(
