@@ -493,6 +493,8 @@ async def _read_bounded(
 
 async def close_quietly(resp: httpx.Response, limit_seconds: float = 2.0) -> None:
     """Close an upstream response even while being cancelled (bounded)."""
+    if resp.is_closed:
+        return  # closed already (a relay's source closes it; the request's stack again)
     with trio.move_on_after(limit_seconds) as scope:
         scope.shield = True
         with contextlib.suppress(Exception):
