@@ -352,6 +352,27 @@ class ResponseLinks:
         self._by_path[path] = url
         return url
 
+    async def resolve_many(self, paths: list[str]) -> None:
+        """Resolve the new ones of ``paths`` in one worker-thread hop (in order, stopping
+        at the first failure: that path is left for :meth:`resolve`, which raises it, and
+        none after it is minted, as if they had been resolved one by one)."""
+        todo = [p for p in dict.fromkeys(paths) if p not in self._by_path]
+        if not todo:
+            return
+        if len(todo) == 1:
+            await self.resolve(todo[0])
+            return
+        self._by_path.update(await trio.to_thread.run_sync(self._resolve_all, todo))
+
+    def _resolve_all(self, paths: list[str]) -> dict[str, str | None]:
+        done: dict[str, str | None] = {}
+        for path in paths:
+            try:
+                done[path] = self._resolve_sync(path)
+            except Exception:
+                break  # resolve() meets it again, in its place in the text
+        return done
+
     def _resolve_sync(self, path: str) -> str | None:
         facts = self._svc.inspect(path)
         if facts is None:

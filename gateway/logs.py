@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -103,9 +104,13 @@ class AccessEntry:
 _ACCESS_FIELDS = tuple(f.name for f in fields(AccessEntry))
 
 
+#: a value that goes out bare: printable ASCII but space, double quote, equals, backslash
+_BARE = re.compile(r"[!#-<>-\[\]-~]+")
+
+
 def _logfmt_value(value: object) -> str:
     text = f"{value:.1f}" if isinstance(value, float) else str(value)
-    if text and all(0x21 <= ord(ch) <= 0x7E and ch not in '"=\\' for ch in text):
+    if _BARE.fullmatch(text):
         return text
     return json.dumps(text)  # quoted, control characters escaped: one line, always
 

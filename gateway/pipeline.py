@@ -155,6 +155,8 @@ class Scrubber:
         self, pieces: list[Piece], *, name_only: bool = False, json_text: bool = False
     ) -> str:
         """The text of rewriter pieces, each path resolved (or its name alone)."""
+        if not name_only:
+            await self.prefetch([pieces])
         out: list[str] = []
         for p in pieces:
             if isinstance(p, str):
@@ -167,6 +169,21 @@ class Scrubber:
                 self.stats.links += 1
             out.append(render(p, url, json_text=json_text))
         return "".join(out)
+
+    async def prefetch(self, batches: list[list[Piece]]) -> None:
+        """Resolve the paths of ``batches`` together (one worker-thread hop for all the
+        new ones, when the resolver can) before they are rendered one by one."""
+        many = getattr(self.resolver, "resolve_many", None)
+        if many is None:
+            return
+        paths = [
+            p.path
+            for pieces in batches
+            for p in pieces
+            if not isinstance(p, str) and not p.overlong
+        ]
+        if len(paths) > 1:
+            await many(paths)
 
     async def text(self, text: str, *, name_only: bool = False) -> str:
         """One-shot rewrite of a complete string."""
@@ -229,22 +246,23 @@ class ChatPipeline(Scrubber):
         """The upstream SSE events of one read → events to emit (``done`` at ``[DONE]``)."""
         out: list[Event] = []
         plain = not self.settings.extra_chunk_keys and not self.settings.logprobs
+        held: list[list[Piece]] = []  # plain deltas with paths, rendered together
         for ev in events:
             if plain and (ev.event == "message" or ev.event == ""):
                 pieces = self._plain_delta(ev.data)
                 if pieces is not None:  # what the general path makes of it, without awaits
                     if len(pieces) == 1 and type(pieces[0]) is str:
-                        text = pieces[0]
-                    else:
-                        try:
-                            text = await self.render(pieces)
-                        except GatewayError as exc:
-                            return Step(out, error=exc)
-                    if text:
-                        out.append(Text(0, "content", text))
-                        out.append(BOUNDARY)
+                        if held:
+                            held.append(pieces)
+                        elif pieces[0]:
+                            out.append(Text(0, "content", pieces[0]))
+                            out.append(BOUNDARY)
+                    elif pieces:
+                        held.append(pieces)
                     continue
             try:
+                if held:
+                    await self._render_held(held, out)
                 step = await self.feed_event(ev)
             except GatewayError as exc:
                 return Step(out, error=exc)
@@ -253,7 +271,24 @@ class ChatPipeline(Scrubber):
                 out.append(BOUNDARY)
             if step.done:
                 return Step(out, done=True)
+        if held:
+            try:
+                await self._render_held(held, out)
+            except GatewayError as exc:
+                return Step(out, error=exc)
         return Step(out)
+
+    async def _render_held(self, held: list[list[Piece]], out: list[Event]) -> None:
+        """Render held plain deltas in order, their new paths resolved in one hop; each
+        delta's text is in ``out`` before the next is rendered (so a failing path ends
+        the step after the deltas before it, as when they were rendered one by one)."""
+        await self.prefetch(held)
+        for pieces in held:
+            text = await self.render(pieces)
+            if text:
+                out.append(Text(0, "content", text))
+                out.append(BOUNDARY)
+        held.clear()
 
     def _plain_delta(self, data: str) -> list[Piece] | None:
         """The common event, a content delta of choice 0 and nothing else the pipeline

@@ -20,11 +20,11 @@ never yield from inside a nursery in a body generator; a context manager entered
 exited by the sending task is safe). One producer task reads, feeds the stage, encodes
 and queues the output without a checkpoint while there is room (``send_nowait``), so
 everything that arrived in one socket read leaves in one write; the consumer joins
-what is already queued and never waits for more, so nothing is delayed. The consumer
-waits with a deadline (never holding a cancel scope across a yield) and writes a
-keep-alive only after ``keepalive_seconds`` of real silence; silence longer than
-``idle_timeout_seconds`` (``first_byte_seconds`` before the first item) ends the stream
-with ``upstream_timeout``. A drain, an idle timeout or :meth:`Relay.stop` cancels a
+what is already queued and never waits for more, so nothing is delayed. A watch task
+(the stream's one timer, and its drain watch) queues a keep-alive only after
+``keepalive_seconds`` of real silence; silence longer than ``idle_timeout_seconds``
+(``first_byte_seconds`` before the first item) ends the stream with
+``upstream_timeout``; the consumer waits without a deadline (no timer per item). A drain, an idle timeout or :meth:`Relay.stop` cancels a
 pending read at once; stage work under way is never interrupted. Every exit path
 writes a terminal output; the consumer leaving (client gone) cancels the producer and
 closes the source.
@@ -170,8 +170,7 @@ class Relay(Generic[In, Ev, Out]):
         self._nursery_cm = trio.open_nursery()
         nursery = self._nursery = await self._nursery_cm.__aenter__()
         nursery.start_soon(self._produce)
-        if self._opts.draining is not None:
-            nursery.start_soon(self._watch_drain, self._opts.draining)
+        nursery.start_soon(self._watch, self._opts.draining)
         return self
 
     async def __aexit__(
@@ -206,10 +205,10 @@ class Relay(Generic[In, Ev, Out]):
             try:
                 first = recv.receive_nowait()
             except trio.WouldBlock:
-                got = await self._wait(recv)
-                if got is None:
-                    continue
-                first = got[0]
+                try:  # no deadline here: the watch task keeps the time (one timer a stream)
+                    first = await recv.receive()
+                except trio.EndOfChannel:
+                    raise StopAsyncIteration from None
             except trio.EndOfChannel:
                 raise StopAsyncIteration from None
             parts: list[Out] | None = None
@@ -232,27 +231,45 @@ class Relay(Generic[In, Ev, Out]):
             return self._opts.first_byte_seconds
         return self._opts.idle_timeout_seconds
 
-    async def _wait(self, recv: trio.MemoryReceiveChannel[Out]) -> tuple[Out] | None:
-        """Wait for the next output; on real silence, a keep-alive (or None to loop);
-        silence past the bound ends the stream, at its own time (not at the next tick)."""
+    async def _watch(self, draining: trio.Event | None) -> None:
+        """The stream's one timer and its drain watch: a keep-alive after
+        ``keepalive_seconds`` of real silence (queued only while nothing else is), and
+        silence past the bound ends the stream, at its own time (not at the next tick).
+        It sleeps to the next such moment and only then looks at what arrived meanwhile:
+        no deadline is set or moved per item."""
         keepalive = self._opts.keepalive_seconds
-        tick = max(self._last_data, self._last_tick) + keepalive
-        timing_out = self._stop is None
-        with trio.move_on_at(min(tick, self._last_data + self._limit()) if timing_out else tick):
-            try:
-                return (await recv.receive(),)
-            except trio.EndOfChannel:
-                raise StopAsyncIteration from None
+        while not self._terminated:
+            tick = max(self._last_data, self._last_tick) + keepalive
+            timing_out = self._stop is None
+            with trio.move_on_at(
+                min(tick, self._last_data + self._limit()) if timing_out else tick
+            ):
+                if draining is None:
+                    await trio.sleep_forever()
+                await draining.wait()
+                self.stop(Draining())
+                return
+            self._on_time(keepalive, timing_out)
+
+    def _on_time(self, keepalive: float, timing_out: bool) -> None:
         now = trio.current_time()
-        if timing_out and now - self._last_data >= self._limit():
+        if self._terminated:
+            return
+        if timing_out and self._stop is None and now - self._last_data >= self._limit():
             self._last_tick = now  # no keep-alive right before the terminal
             self.stop(_timeout())
-            return None
+            return
         if max(self._last_data, self._last_tick) + keepalive > now:
-            return None  # data arrived meanwhile (or the bound is not reached): wait on
+            return  # data arrived meanwhile (or the bound is not reached): wait on
         self._last_tick = now
+        if self._send.statistics().current_buffer_used:
+            return  # output is waiting to be sent: no ping needed
         ping = self._front.keepalive()
-        return (ping,) if ping else None
+        if ping:
+            with contextlib.suppress(
+                trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError
+            ):
+                self._send.send_nowait(ping)
 
     def stop(self, reason: GatewayError | None = CANCELLED) -> None:
         """End the stream early: with ``reason`` (``fail``), or :data:`CANCELLED` (``cancel``)."""
@@ -260,10 +277,6 @@ class Relay(Generic[In, Ev, Out]):
             self._stop = (reason,)
         if self._read_scope is not None and self._reading:
             self._read_scope.cancel()
-
-    async def _watch_drain(self, draining: trio.Event) -> None:
-        await draining.wait()
-        self.stop(Draining())
 
     # -- producer ------------------------------------------------------------------
 

@@ -329,6 +329,15 @@ class Upstream:
         )
         self.models_cache = Models(cfg.models_cache_seconds, scrub)
         self.first_byte_seconds = cfg.first_byte_timeout_seconds
+        # the streaming request's fixed parts, built once (build_request re-parses the
+        # URL and re-merges the client's headers on every call: ~70 µs of a request)
+        self._chat_url = httpx.URL(self.base_url + "/chat/completions")
+        fixed = httpx.Headers(self._client.headers)
+        fixed["Accept"] = "text/event-stream"
+        fixed["Accept-Encoding"] = "identity"
+        fixed["Content-Type"] = "application/json"
+        self._stream_headers = fixed.multi_items()
+        self._stream_timeout = {"timeout": self._client.timeout.as_dict()}
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -362,15 +371,12 @@ class Upstream:
         Anything but ``200 text/event-stream`` is read (bounded), closed and raised as an
         :class:`UpstreamHTTPError` before anything is streamed to the client.
         """
-        req = self._client.build_request(
+        req = httpx.Request(
             "POST",
-            self.base_url + "/chat/completions",
-            json=self._body(body),
-            headers={
-                **self._headers(principal_id),
-                "Accept": "text/event-stream",
-                "Accept-Encoding": "identity",
-            },
+            self._chat_url,
+            content=_json_bytes(self._body(body)),
+            headers=[*self._stream_headers, ("X-Gateway-Principal", principal_id)],
+            extensions=dict(self._stream_timeout),
         )
         resp = await self._send(req, stream=True)
         ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -464,6 +470,11 @@ class Upstream:
         return data
 
 
+def _json_bytes(body: dict[str, Any]) -> bytes:
+    """A request body as httpx's ``json=`` encodes it."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
 async def _read_bounded(
     resp: httpx.Response, limit: int = MAX_ERROR_BODY, *, strict: bool = False
 ) -> bytes:
@@ -482,6 +493,8 @@ async def _read_bounded(
 
 async def close_quietly(resp: httpx.Response, limit_seconds: float = 2.0) -> None:
     """Close an upstream response even while being cancelled (bounded)."""
+    if resp.is_closed:
+        return  # closed already (a relay's source closes it; the request's stack again)
     with trio.move_on_after(limit_seconds) as scope:
         scope.shield = True
         with contextlib.suppress(Exception):

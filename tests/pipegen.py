@@ -119,6 +119,7 @@ class StubLinks:
     def __init__(self, mode: str = "private") -> None:
         self._mode = mode
         self.minted: dict[str, str] = {}
+        self.batches = 0
         self._entries: list[dict[str, Any]] = []
 
     @property
@@ -144,6 +145,13 @@ class StubLinks:
             }
         )
         return url
+
+    async def resolve_many(self, paths: list[str]) -> None:
+        """The batch the pipeline asks for (resolved in order, as ResponseLinks does);
+        ``batches`` counts the calls, so a test sees the batched path ran."""
+        self.batches += 1
+        for path in paths:
+            await self.resolve(path)
 
     def manifest(self) -> dict[str, Any]:
         return {"download_link_mode": self._mode, "artifacts": [dict(e) for e in self._entries]}

@@ -1,10 +1,12 @@
 """Where the gateway's CPU goes while it relays: py-spy over the relay benchmark's setup.
 
-``python -m harness.bench profile [--paced] [--top 10]`` starts the relay benchmark's
+``python -m harness.bench profile [--paced | --requests] [--top 10]`` starts the relay benchmark's
 three processes (:func:`harness.bench.relay.start`), warms the gateway up, then samples
 it with ``py-spy record --nonblocking`` (from the venv) while the client runs
-``bulk`` (6 streams of 20,000 deltas one after another, 64 events per upstream write)
-or, with ``--paced``, 20 concurrent streams of 1,000 deltas, one event per read. It
+``bulk`` (6 streams of 20,000 deltas one after another, 64 events per upstream write),
+with ``--paced`` 20 concurrent streams of 1,000 deltas, one event per read, or with
+``--requests`` 1,000 sequential 1-delta streams (``Connection: close``: the per-request
+cost) under cProfile with a CPU timer instead (:mod:`harness.bench.cprof`). It
 prints the gateway's CPU per delta and the top functions by self time and by
 inclusive time (samples waiting in epoll or on a lock are left out: idle).
 """
@@ -54,15 +56,46 @@ def summarize(raw: Path, top: int) -> tuple[int, list[tuple[str, int]], list[tup
     return total, own.most_common(top), incl.most_common(top * 3)
 
 
-def main(paced: bool = False, top: int = 10) -> int:
+def _plan(paced: bool, requests: bool) -> tuple[str, list[str], int, int, str]:
+    """model, client arguments, runs, deltas, what is measured."""
+    if requests:
+        return "bench-plain-1-bulk", ["--sequential", "1000"], 1, 1000, "1,000 requests"
+    if paced:
+        return "bench-plain-1000-paced", ["--streams", "20"], 1, 20_000, "20 × 1,000 paced"
+    return "bench-plain-20000-bulk", ["--streams", "1"], 6, 120_000, "6 × 20,000 bulk"
+
+
+def cprofile_requests(top: int, n: int = 1000) -> int:
+    """The gateway under cProfile (CPU time) while ``n`` sequential 1-delta streams run."""
+    import pstats
+
+    with tempfile.TemporaryDirectory(prefix="relay-cprofile-") as tmpdir:
+        tmp = Path(tmpdir)
+        out = tmp / "gateway.prof"
+        p = start(tmp, wrap=["-m", "harness.bench.cprof", str(out)])
+        try:
+            client(p.gw_url, "bench-plain-1-bulk", "--sequential", "100")  # warm-up
+            c0 = cpu_seconds(p.gateway.pid)
+            client(p.gw_url, "bench-plain-1-bulk", "--sequential", str(n))
+            c1 = cpu_seconds(p.gateway.pid)
+        finally:
+            p.stop()
+        print(f"gateway under cProfile: {(c1 - c0) / n * 1e3:.2f} ms of CPU per request")
+        print("(start-up, warm-up and shutdown included below; cProfile adds its own cost)")
+        stats = pstats.Stats(str(out))
+        stats.sort_stats("tottime").print_stats(top)
+        stats.sort_stats("cumtime").print_stats(top * 3)
+    return 0
+
+
+def main(paced: bool = False, top: int = 10, requests: bool = False) -> int:
+    if requests:
+        return cprofile_requests(top)
     spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     if spy is None:
         print("py-spy is not installed (pip install py-spy)", file=sys.stderr)
         return 1
-    model, streams, runs = (
-        ("bench-plain-1000-paced", 20, 1) if paced else ("bench-plain-20000-bulk", 1, 6)
-    )
-    deltas = int(model.split("-")[2]) * streams * runs
+    model, cargs, runs, deltas, what = _plan(paced, requests)
     with tempfile.TemporaryDirectory(prefix="relay-profile-") as tmpdir:
         tmp = Path(tmpdir)
         p = start(tmp)
@@ -78,17 +111,15 @@ def main(paced: bool = False, top: int = 10) -> int:
             time.sleep(0.5)
             c0 = cpu_seconds(p.gateway.pid)
             for _ in range(runs):
-                client(p.gw_url, model, "--streams", str(streams))
+                client(p.gw_url, model, *cargs)
             c1 = cpu_seconds(p.gateway.pid)
             rec.send_signal(signal.SIGINT)
             rec.wait(30)
             total, own, incl = summarize(raw, top)
         finally:
             p.stop()
-    what = f"{streams} × {deltas // streams:,} deltas, " + (
-        "one event per read" if paced else "64 events per upstream write"
-    )
-    print(f"gateway profile, {what}: {(c1 - c0) / deltas * 1e6:.1f} µs of CPU per delta")
+    unit = "request" if requests else "delta"
+    print(f"gateway profile, {what}: {(c1 - c0) / deltas * 1e6:.1f} µs of CPU per {unit}")
     print(f"{total} busy samples; self time:")
     for name, n in own:
         print(f"  {100 * n / max(total, 1):5.1f} %  {name}")

@@ -109,7 +109,8 @@ def _free_port() -> int:
         return port
 
 
-def start(tmp: Path) -> Procs:
+def start(tmp: Path, wrap: list[str] | None = None) -> Procs:
+    """The three processes; ``wrap`` replaces ``-m gateway.cli`` (a profiler module)."""
     root = tmp / "artifacts"
     up = subprocess.Popen(
         [sys.executable, "-m", "harness.bench.fast_upstream", "--root", str(root)],
@@ -132,7 +133,7 @@ def start(tmp: Path) -> Procs:
     )
     log = (tmp / "gateway.log").open("wb")
     gw = subprocess.Popen(
-        [sys.executable, "-m", "gateway.cli", "run", "--config", str(cfg)],
+        [sys.executable, *(wrap or ["-m", "gateway.cli"]), "run", "--config", str(cfg)],
         stdout=log,
         stderr=subprocess.STDOUT,
     )

@@ -404,6 +404,42 @@ async def test_response_links(svc: ArtifactService, root: Path, tmp_path: Path) 
     assert [r.owner for r in svc.store.list_artifacts("bob")] == ["bob"]
 
 
+async def test_resolve_many_is_resolve_one_by_one(
+    svc: ArtifactService, root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch gives what one-by-one resolution gives (same links, same manifest order),
+    and a path whose minting fails stops the batch there: resolve() raises it in its
+    place and nothing after it was minted."""
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (root / name).write_text(name)
+    paths = [f"{root}/a.txt", f"{tmp_path}/outside.txt", f"{root}/b.txt", f"{root}/a.txt"]
+    one = svc.for_response("alice", "private")
+    expected = [await one.resolve(p) for p in paths]
+    batch = svc.for_response("alice", "private")
+    await batch.resolve_many(paths)
+    got = [await batch.resolve(p) for p in paths]
+    # ids are random per mint: compare which paths got links and which share one
+    assert [u is None for u in got] == [u is None for u in expected] == [0, 1, 0, 0]
+    assert got[0] == got[3] != got[2]
+    names = [(a["filename"], a["url"]) for a in batch.manifest()["artifacts"]]
+    assert names == [("a.txt", got[0]), ("b.txt", got[2])]
+
+    failing = svc.for_response("carol", "private")
+    real_mint = svc.mint
+
+    def mint(facts: Any, owner: str, mode: str) -> Any:
+        if facts.path.endswith("b.txt"):
+            raise RuntimeError("store down")
+        return real_mint(facts, owner, mode)
+
+    monkeypatch.setattr(svc, "mint", mint)
+    await failing.resolve_many([f"{root}/a.txt", f"{root}/b.txt", f"{root}/c.txt"])
+    assert await failing.resolve(f"{root}/a.txt") is not None
+    with pytest.raises(RuntimeError):
+        await failing.resolve(f"{root}/b.txt")
+    assert [a["filename"] for a in failing.manifest()["artifacts"]] == ["a.txt"]
+
+
 # --------------------------------------------------------------------------- identity
 
 

@@ -78,3 +78,30 @@ def test_plain_path_is_taken_for_the_common_event_only() -> None:
         assert pipeline._plain_delta(other) is None, other
     step = pipegen.run_sync(pipeline.feed([SSEEvent(_event({"content": "b c "}))]))
     assert step.events == [Text(0, "content", "b c "), BOUNDARY]
+
+
+def test_the_paths_of_one_read_are_resolved_in_one_batch() -> None:
+    """Plain deltas of one read holding several new paths ask the resolver once for
+    all of them; the text is what the same deltas give one read each."""
+    root = pipegen._ROOT_PREFIXES[0]
+    words = [f"see {root}a.txt and ", f"{root}b.txt, ", "then ", f"{root}a.txt ok "]
+    events = [
+        _event({"role": "assistant", "content": ""}),
+        *(_event({"content": w}) for w in words),
+    ]
+
+    def run(reads: list[list[str]]) -> tuple[list[str], int]:
+        links = pipegen.StubLinks()
+        pipeline = ChatPipeline(links)
+        out: list[str] = []
+        for read in reads:
+            step = pipegen.run_sync(pipeline.feed([SSEEvent(e) for e in read]))
+            out += [e.text for e in step.events if isinstance(e, Text)]
+        out += [e.text for e in pipegen.run_sync(pipeline.finish()) if isinstance(e, Text)]
+        return out, links.batches
+
+    one_read, batches = run([events])
+    assert batches == 1
+    separate, _ = run([[e] for e in events])
+    assert "".join(one_read) == "".join(separate)
+    assert root not in "".join(one_read)  # every path went out as its link
