@@ -35,7 +35,7 @@ import math
 import secrets
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -79,6 +79,9 @@ _SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # t
 #: the lowest log-probability relayed (-Infinity is not JSON)
 _LOWEST = -sys.float_info.max
 MAX_TOOL_CALLS = 1024
+#: characters of one text fed to a rewriter between two pauses (≈ 10–50 ms of work for
+#: the worst inputs measured, ≈ 3 s per MB)
+FEED_SLICE = 16_384
 #: keys that clients act on when they appear in a chunk (Open WebUI runs an ``event`` of
 #: type ``execute`` as JavaScript), and the gateway's own or a chunk's identity (a forged
 #: ``gateway`` manifest with ``javascript:`` links; a named event posing as a chunk):
@@ -141,10 +144,31 @@ class PipelineStats:
 class Scrubber:
     """Rewrites whole strings and JSON values with one resolver (paths → links or names)."""
 
-    def __init__(self, resolver: LinkResolver, settings: PipelineSettings) -> None:
+    def __init__(
+        self,
+        resolver: LinkResolver,
+        settings: PipelineSettings,
+        *,
+        pause: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.resolver = resolver
         self.settings = settings
         self.stats = PipelineStats()
+        #: awaited between slices of a long text (the glue passes a trio checkpoint): a
+        #: 1 MB event of path-like text costs seconds of rewriting, which must not stop
+        #: every other stream of the process meanwhile
+        self.pause = pause
+
+    async def feed_pieces(self, rw: StreamRewriter, text: str) -> list[Piece]:
+        """``rw.feed_pieces(text)``, a long text fed in slices with a pause between them
+        (the rewriter's output does not depend on how its input is cut)."""
+        if len(text) <= FEED_SLICE or self.pause is None:
+            return rw.feed_pieces(text)
+        pieces: list[Piece] = []
+        for at in range(0, len(text), FEED_SLICE):
+            pieces += rw.feed_pieces(text[at : at + FEED_SLICE])
+            await self.pause()
+        return pieces
 
     def rewriter(self, *, json_text: bool = False) -> StreamRewriter:
         """A streaming rewriter; ``json_text`` for channels that are JSON text (tool-call
@@ -190,7 +214,8 @@ class Scrubber:
         if not could_contain_path(text):
             return text
         rw = self.rewriter()
-        return await self.render(rw.feed_pieces(text) + rw.flush_pieces(), name_only=name_only)
+        pieces = await self.feed_pieces(rw, text)
+        return await self.render(pieces + rw.flush_pieces(), name_only=name_only)
 
     async def value(self, value: Any, depth: int = 0) -> Any:
         """A JSON value with every string rewritten; keys must be identifiers."""
@@ -233,8 +258,14 @@ class _Choice:
 class ChatPipeline(Scrubber):
     """Rewrites one upstream chat-completion stream (or one non-streaming body)."""
 
-    def __init__(self, resolver: LinkResolver, settings: PipelineSettings | None = None) -> None:
-        super().__init__(resolver, settings or PipelineSettings())
+    def __init__(
+        self,
+        resolver: LinkResolver,
+        settings: PipelineSettings | None = None,
+        *,
+        pause: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        super().__init__(resolver, settings or PipelineSettings(), pause=pause)
         self._choices: dict[int, _Choice] = {}
         self._meta_raw: tuple[object, ...] | None = None
         self._meta_sent = False
@@ -320,8 +351,8 @@ class ChatPipeline(Scrubber):
         if type(index) is not int or index != 0 or type(delta) is not dict or len(delta) != 1:
             return None
         text = delta.get("content")
-        if type(text) is not str or not text:
-            return None
+        if type(text) is not str or not text or len(text) > FEED_SLICE:
+            return None  # a long text takes the general path, which pauses between slices
         meta = (obj.get("id"), obj.get("created"), obj.get("model"), obj.get("system_fingerprint"))
         if meta != self._meta_raw:
             return None
@@ -490,7 +521,7 @@ class ChatPipeline(Scrubber):
         rw = state.channels.get(channel)
         if rw is None:
             rw = state.channels[channel] = self.rewriter()
-        pieces = rw.feed_pieces(value)
+        pieces = await self.feed_pieces(rw, value)
         if len(pieces) == 1 and isinstance(pieces[0], str):
             return pieces[0]  # the common case: plain text, nothing held back
         return await self.render(pieces)
@@ -516,7 +547,7 @@ class ChatPipeline(Scrubber):
         args = fn.get("arguments")
         text = ""
         if isinstance(args, str) and args:
-            pieces = rw.feed_pieces(args)
+            pieces = await self.feed_pieces(rw, args)
             text = await self.render(pieces, json_text=True)
         call_id = name = None
         if first:

@@ -82,7 +82,7 @@ class GatewayState:
         return self.artifacts.for_response(owner, mode)
 
     def pipeline(self, resolver: LinkResolver) -> ChatPipeline:
-        return ChatPipeline(resolver, self.settings)
+        return ChatPipeline(resolver, self.settings, pause=trio.lowlevel.checkpoint)
 
     def relay_options(self, **changes: Any) -> RelayOptions:
         cfg = self.config

@@ -564,3 +564,30 @@ def test_a_named_event_cannot_forge_the_manifest_or_pose_as_a_chunk() -> None:
     out = ChatEncoder().encode([named]).decode()
     assert out.startswith("event: hermes.tool.progress\n")
     assert "javascript" not in out and "forged" not in out and "execute" not in out
+
+
+def test_a_long_text_is_rewritten_in_slices_with_pauses() -> None:
+    """A ~1 MB event of path-like text costs seconds of rewriting: the pipeline feeds it
+    in slices and awaits its ``pause`` (a trio checkpoint in the gateway) between them,
+    so other streams go on; the text is what one feed gives, whatever the slices cut."""
+    from gateway.pipeline import FEED_SLICE
+
+    unit = "see /tmp/zqsecretaa01/zqsecretbb02/r.txt and (((( "
+    text = unit * (6 * FEED_SLICE // len(unit))
+    pauses = []
+
+    async def pause() -> None:
+        pauses.append(1)
+
+    def run(with_pause: bool) -> list[Any]:
+        pipeline = ChatPipeline(StubLinks(), SETTINGS, pause=pause if with_pause else None)
+        obj = {"choices": [{"index": 0, "delta": {"content": text}}]}
+        step = run_sync(pipeline.feed([SSEEvent(json.dumps(obj))]))
+        events = [*step.events, *run_sync(pipeline.finish())]
+        return [e for e in events if not isinstance(e, Meta)]  # its id is random
+
+    sliced, whole = run(True), run(False)
+    assert len(pauses) >= 6
+    assert sliced == whole
+    out = "".join(e.text for e in sliced if isinstance(e, Text))
+    assert "zqsecret" not in out and out.count("r.txt") == text.count("r.txt")
