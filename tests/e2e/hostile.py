@@ -22,20 +22,17 @@ import json
 import os
 import re
 import select
-import signal
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.procs import Proc, free_port
+
 KEY = "hostile-alice-key-0123456789"
 PROXY_KEY = "hostile-proxy-key-0123456789"
 OWUI_KEY = "hostile-owui-key-0123456789"
-SUPERVISOR_VARS = ("INVOCATION_ID", "NOTIFY_SOCKET", "XPC_SERVICE_NAME", "JOURNAL_STREAM")
-REPO = Path(__file__).resolve().parents[2]
 
 FOLLOW_UP = b"GET /health HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"
 
@@ -718,68 +715,6 @@ def slow_cases(server: str, header_timeout: float) -> list[Case]:
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def clean_env() -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in SUPERVISOR_VARS and not k.startswith("GATEWAY_")
-    }
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-class Proc:
-    """A child process whose stdout+stderr go to a log file."""
-
-    def __init__(self, args: list[str], log: Path) -> None:
-        self.log = log
-        self._fh = log.open("wb")
-        self.popen = subprocess.Popen(
-            [sys.executable, *args],
-            stdout=self._fh,
-            stderr=subprocess.STDOUT,
-            env=clean_env(),
-            cwd=REPO,
-        )
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def wait_for(self, pattern: str, timeout: float = 20.0) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            m = re.search(pattern, self.text())
-            if m is not None:
-                return m
-            if self.popen.poll() is not None:
-                break
-            time.sleep(0.02)
-        raise AssertionError(f"no {pattern!r} in {self.log.name}:\n{self.text()[-3000:]}")
-
-    @property
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def stop(self) -> None:
-        try:
-            if self.popen.poll() is None:
-                self.popen.send_signal(signal.SIGTERM)
-                try:
-                    self.popen.wait(10)
-                except subprocess.TimeoutExpired:
-                    self.popen.kill()
-                    self.popen.wait(5)
-        finally:
-            self._fh.close()
 
 
 @dataclass

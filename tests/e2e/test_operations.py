@@ -8,7 +8,6 @@ is stopped in a ``finally`` (SIGTERM, then SIGKILL) whatever the test did.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import socket
@@ -24,77 +23,10 @@ import pytest
 import trio
 
 from gateway.sse import SSEDecoder
+from tests.procs import Proc, clean_env, free_port
 
 KEY = "ops-alice-key-0123456789"
 DRAIN = 3.0
-SUPERVISOR_VARS = ("INVOCATION_ID", "NOTIFY_SOCKET", "XPC_SERVICE_NAME", "JOURNAL_STREAM")
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """This environment minus anything that looks like a supervisor or a gateway config."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in SUPERVISOR_VARS and not k.startswith("GATEWAY_")
-    }
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra)
-    return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Proc:
-    """A child process whose stdout+stderr go to a log file."""
-
-    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
-        self.log = log
-        self._fh = log.open("wb")
-        self.popen = subprocess.Popen(
-            [sys.executable, *args],
-            stdout=self._fh,
-            stderr=subprocess.STDOUT,
-            env=env if env is not None else clean_env(),
-            cwd=Path(__file__).resolve().parents[2],
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def wait_for(self, pattern: str, timeout: float = 15.0) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            m = re.search(pattern, self.text())
-            if m is not None:
-                return m
-            if self.popen.poll() is not None:
-                break
-            time.sleep(0.02)
-        raise AssertionError(f"no {pattern!r} in {self.log.name}:\n{self.text()[-3000:]}")
-
-    def wait(self, timeout: float) -> int:
-        return self.popen.wait(timeout)
-
-    def stop(self) -> None:
-        try:
-            if self.popen.poll() is None:
-                self.popen.send_signal(signal.SIGTERM)
-                try:
-                    self.popen.wait(5)
-                except subprocess.TimeoutExpired:
-                    self.popen.kill()
-                    self.popen.wait(5)
-        finally:
-            self._fh.close()
 
 
 def write_config(
