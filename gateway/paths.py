@@ -117,6 +117,13 @@ FOLDER_VARS: tuple[str, ...] = (
     "public",
     "systemroot",
     "windir",
+    "systemdrive",
+    "programfiles(x86)",
+    "programw6432",
+    "commonprogramfiles(x86)",
+    "commonprogramfiles",
+    "onedriveconsumer",
+    "onedrivecommercial",
 )
 #: Windows top folders that make ``/c/<folder>`` (Git Bash, MSYS) a drive path
 WIN_TOP_FOLDERS: tuple[str, ...] = (
@@ -289,8 +296,42 @@ def _var_start() -> _P:
         _seq(pct, _lit("homedrive"), pct, pct, _lit("homepath"), pct),
         _seq(dollar, _opt(_seq(_lit("env"), _COLON)), names),
         _seq(dollar, _enc("{"), _opt(_seq(_lit("env"), _COLON)), names, _enc("}")),
+        # ${HOME:-/root}: a shell default (any text up to the brace)
+        _seq(
+            dollar,
+            _enc("{"),
+            names,
+            _alt(_lit(":-"), _lit(":="), _lit("-"), _lit("=")),
+            _rep(_ch(r"[^}\s]"), 0, 64),
+            _enc("}"),
+        ),
         _seq(pct, names, pct),
     )
+
+
+#: any other ``%NAME%`` then a backslash is a Windows folder variable (``%FOO%\\x``);
+#: a letter first and three or more characters (``100%\\``, ``%s%\\n`` are no
+#: variables), plain backslashes only and not a JSON escape after them
+_ANY_PCT_VAR = _seq(
+    _lit("%"),
+    _ch("[a-z]"),
+    _rep(_ch("[a-z0-9_]"), 2, 39),
+    _opt(_lit("(x86)")),
+    _lit("%"),
+    _rep(_BS, 1, 8),
+    _look(_ch(r'(?-i:[^nrtbfu"\\/\s%&])')),
+)
+
+
+#: Windows top folders holding a space: read as one segment after any drive form
+#: (``C:\\Program Files\\x``, ``/cygdrive/c/Program Files (x86)/x``), else the path
+#: would end at the space and the rest (a folder) would leak
+_SPACEY = _alt(*[_lit(w) for w in WIN_TOP_FOLDERS if " " in w])
+
+
+def _spacey_after(sep: _P) -> _P:
+    """An optional space-holding top folder and the separator after it (lookahead)."""
+    return _opt(_seq(_SPACEY, _look(sep)))
 
 
 def _device_start() -> _P:
@@ -300,7 +341,11 @@ def _device_start() -> _P:
     return _seq(
         _alt(_seq(lead, _alt(q, _enc("."))), _seq(_alt(_rep(_BS, 1, 4), _BS_ENC), q, q)),
         _alt(_WS, _PS),
-        _look(_ch(r"[\w{%]")),
+        # \\?\C:\Program Files\...: the drive's top folder read whole
+        _alt(
+            _seq(_ch("[a-z]"), _enc(":"), _alt(_WS, _PS), _SPACEY, _look(_alt(_WS, _PS))),
+            _look(_ch(r"[\w{%]")),
+        ),
     )
 
 
@@ -313,7 +358,11 @@ def _cfg_start(cfg_roots: tuple[str, ...]) -> _P:
 def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
     """Every start form, one named alternative per family (longest and most
     specific first: a configured root before the default roots)."""
+    any_sep = _alt(_PS, _WS)
     roots = _alt(
+        # /cygdrive/c/Program Files/..., WSL /mnt/c/Program Files (x86)/...: before
+        # the plain /mnt root, which would end the start at the drive letter
+        _seq(_alt(_lit("cygdrive"), _lit("mnt")), _PSEPS, _ch("[a-z]"), _PSEPS, _SPACEY),
         *[_segments(r) for r in DEFAULT_ROOT_NAMES],
         # Cygwin /cygdrive/c/..., Git Bash / MSYS /c/Users/...
         _seq(_lit("cygdrive"), _PSEPS, _ch("[a-z]")),
@@ -346,7 +395,7 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
         _group("uri", _seq(_PS, _PS, _lit("file"), _look(_PS))),
         _group("device", _device_start()),
         _group("unc", _seq(unc_lead, _rep(_ch(r"[\w.$-]"), 1, 63), _WS, share)),
-        _group("drive", _seq(_ch("[a-z]"), _COLON, drive_sep)),
+        _group("drive", _seq(_ch("[a-z]"), _COLON, drive_sep, _spacey_after(any_sep))),
         # \\Users\\bob: no drive; an NT device path \\Device\\HarddiskVolume3\\...
         _group(
             "winroot",
@@ -361,8 +410,27 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
         ),
         _group("tilde", _seq(_lit("~"), _opt(user), _alt(_PS, _WS))),
         # "$HOME"/x: the shell's quoted variable (the closing quote is given back)
-        _group("var", _seq(_var_start(), _opt(_lit('"')), _alt(_PS, _WS))),
-        _group("file", _seq(_lit("file"), _COLON, _PS)),
+        _group(
+            "var",
+            _alt(
+                _seq(_var_start(), _opt(_lit('"')), any_sep, _spacey_after(any_sep)),
+                _ANY_PCT_VAR,
+            ),
+        ),
+        # file:///C:/Program Files/...: the drive's top folder read whole
+        _group(
+            "file",
+            _seq(
+                _lit("file"),
+                _COLON,
+                _PS,
+                _opt(
+                    _seq(
+                        _rep(_PS, 0, 3), _ch("[a-z]"), _COLON, any_sep, _SPACEY, _look(any_sep)
+                    )
+                ),
+            ),
+        ),
         _group("deeplink", _seq(schemes, _COLON, _PS, _PS, _lit("file"), _look(_PS))),
         # vscode-remote://ssh-remote+host/abs/path: a file on the (remote) machine
         _group(
@@ -457,12 +525,15 @@ _JSON_CHARS = {
 }
 _LINE_COL = re.compile(r"(?::\d+){1,2}\Z")
 _ALIAS = re.compile(r"/(?:system/volumes/data|proc/(?:\d+|self|thread-self)/root)(?=/|\Z)", re.I)
-_VAR_HEAD = re.compile(r"%homedrive%%homepath%|\$\{(?:env:)?(\w+)\}|\$(?:env:)?(\w+)|%(\w+)%", re.I)
+_VAR_HEAD = re.compile(
+    r"%homedrive%%homepath%|\$\{(?:env:)?(\w+)(?::?[-=][^}]*)?\}|\$(?:env:)?(\w+)|%([\w()]+)%", re.I
+)
 #: a segment right below one of these (or ``run/user``) is a user name, also when the
 #: folder is longer (a path that ran into another one)
 _USER_PARENT_NAMES = frozenset({"users", "home", "media", "documents and settings"})
 _USER_PARENT_LENS = frozenset({4, 5, 22})
 _WIN_START = frozenset({"drive", "unc", "device", "winroot"})
+_SPACEY_TAIL = re.compile(r"(?:program files(?: \(x86\))?|documents and settings)\Z")
 _PCT1 = re.compile("%(?:2f|5c|3a|24)")
 _PCT2 = re.compile("%25(?:2f|5c|3a|24)")
 
@@ -506,6 +577,9 @@ def _spelling(win: bool, json: int, pct: int, html: bool = False) -> _Spelling:
 def _spelling_of(family: str, start: str) -> _Spelling:
     """Spelling from the start's text: its separators say how the path is encoded."""
     low = start.lower()
+    tail = _SPACEY_TAIL.search(low)
+    if tail is not None:  # %SystemDrive%\\Program Files: the separator before it counts
+        low = low[: tail.start()]
     pct = 2 if _PCT2.search(low) else 1 if _PCT1.search(low) else 0
     runs = [len(r) for r in re.findall(r"\\+", start.replace("\\u00", "u00"))]
     # a home, a variable or a POSIX root followed by a backslash: Windows separators
@@ -1049,9 +1123,12 @@ class PathDetector:
             return None
         m = start.match(buf, s)
         n = len(buf)
+        # a buffer ending inside a start is held even when a shorter start matched:
+        # C:\\Program Fi may still become C:\\Program Files\\ (one segment), and
+        # deciding on the shorter one would depend on where the chunk ended
+        if not final and n - s <= self.max_start_chars and prefixes[buf[s]].fullmatch(buf, s):
+            return NeedMore(s - 1 if s > lo and buf[s - 1] == "`" else s)
         if m is None or (not final and m.end() == n):
-            if not final and n - s <= self.max_start_chars and prefixes[buf[s]].fullmatch(buf, s):
-                return NeedMore(s - 1 if s > lo and buf[s - 1] == "`" else s)
             return None
         family = m.lastgroup or ""
         st = m.group()

@@ -112,9 +112,9 @@ c(
 )
 c(
     "C:" + B + "Program Files" + B + "App" + B + "a.exe",
-    "Program Files" + B + "App" + B + "a.exe",
-    ["C:" + B + "Program"],
-    "prose: space ends it",
+    "a.exe",
+    ["C:" + B + "Program Files" + B + "App" + B + "a.exe"],
+    "a space-holding Windows top folder is one segment (was: the space ended it)",
 )
 c(
     '"C:' + B + "Program Files" + B + "App" + B + 'a.exe"',
@@ -687,6 +687,88 @@ c(
     [],
     "protocol-relative URLs: out of scope",
 )
+# --- a space-holding Windows top folder is one segment after every drive form
+c(
+    "Installed to C:" + B + "Program Files" + B + "App" + B + "bin" + B + "x.exe ok",
+    "Installed to x.exe ok",
+    ["C:" + B + "Program Files" + B + "App" + B + "bin" + B + "x.exe"],
+    "the path does not end at the space of Program Files (the rest leaked)",
+)
+c(
+    "C:/Program Files/App/a.ini, C:" + B + "Program Files (x86)" + B + "App" + B + "b.dll",
+    "a.ini, b.dll",
+    ["C:" + B + "Program Files" + B + "App" + B + "a.ini",
+     "C:" + B + "Program Files (x86)" + B + "App" + B + "b.dll"],
+)
+c(
+    "C:" + B + "Documents and Settings" + B + "bob" + B + "c.txt and C:" + B
+    + "Documents and Settings" + B + "bob",
+    "c.txt and ~",
+    ["C:" + B + "Documents and Settings" + B + "bob" + B + "c.txt",
+     "C:" + B + "Documents and Settings" + B + "bob"],
+)
+c(
+    "/cygdrive/c/Program Files (x86)/App/x.txt /cygdrive/d/Documents and Settings/bob/y.txt",
+    "x.txt y.txt",
+    ["/cygdrive/c/Program Files (x86)/App/x.txt", "/cygdrive/d/Documents and Settings/bob/y.txt"],
+)
+c("/mnt/c/Program Files/App/w.txt", "w.txt", ["/mnt/c/Program Files/App/w.txt"], "WSL")
+c(
+    B + B + "?" + B + "C:" + B + "Program Files" + B + "App" + B + "d.txt",
+    "d.txt",
+    ["C:" + B + "Program Files" + B + "App" + B + "d.txt"],
+)
+c(
+    "file:///C:/Program Files/App/e.txt",
+    "e.txt",
+    ["C:" + B + "Program Files" + B + "App" + B + "e.txt"],
+)
+c(
+    "%SystemDrive%" + B + "Program Files" + B + "App" + B + "f.txt",
+    "f.txt",
+    ["%SystemDrive%" + B + "Program Files" + B + "App" + B + "f.txt"],
+)
+c(
+    "C:" + B + "Program Files is big; C:" + B + "Programs Files" + B + "x",
+    "Program Files is big; Programs Files" + B + "x",
+    ["C:" + B + "Program", "C:" + B + "Programs"],
+    "the folder alone or misspelt: the path ends at the space as before",
+)
+# --- more Windows variables, any %NAME%\\ and shell defaults
+c(
+    "%SystemDrive%" + B + "App" + B + "a.txt %ProgramFiles(x86)%" + B + "App" + B + "b.txt",
+    "a.txt b.txt",
+    ["%SystemDrive%" + B + "App" + B + "a.txt", "%ProgramFiles(x86)%" + B + "App" + B + "b.txt"],
+)
+c(
+    "%CommonProgramFiles(x86)%" + B + "c.dll %ProgramW6432%" + B + "App" + B + "d.exe "
+    "%OneDriveConsumer%" + B + "Docs" + B + "e.txt",
+    "c.dll d.exe e.txt",
+    [
+        "%CommonProgramFiles(x86)%" + B + "c.dll",
+        "%ProgramW6432%" + B + "App" + B + "d.exe",
+        "%OneDriveConsumer%" + B + "Docs" + B + "e.txt",
+    ],
+)
+c(
+    "%MyAppHome%" + B + "secret" + B + "f.txt",
+    "f.txt",
+    ["%MyAppHome%" + B + "secret" + B + "f.txt"],
+    "any %NAME% then a backslash is a Windows folder variable",
+)
+c(
+    "100%" + B + " done, 50%" + B + "x, %s%" + B + "n, %ab%" + B + "x, %FOO%" + B + "nope",
+    "100%" + B + " done, 50%" + B + "x, %s%" + B + "n, %ab%" + B + "x, %FOO%" + B + "nope",
+    [],
+    "no variable: a digit, under three letters, or a JSON escape after it",
+)
+c(
+    "${HOME:-/root}/proj/g.txt ${HOME:-x}/h.txt",
+    "g.txt h.txt",
+    ["~/proj/g.txt", "~/h.txt"],
+    "a shell default inside the braces",
+)
+c("${HOME:-/root} alone", "${HOME:-/root} alone", [], "a variable alone")
 # --- long
 LONG = "/tmp/" + "d/" * 2500 + "final.txt"
 c(
