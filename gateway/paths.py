@@ -424,11 +424,7 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
                 _lit("file"),
                 _COLON,
                 _PS,
-                _opt(
-                    _seq(
-                        _rep(_PS, 0, 3), _ch("[a-z]"), _COLON, any_sep, _SPACEY, _look(any_sep)
-                    )
-                ),
+                _opt(_seq(_rep(_PS, 0, 3), _ch("[a-z]"), _COLON, any_sep, _SPACEY, _look(any_sep))),
             ),
         ),
         _group("deeplink", _seq(schemes, _COLON, _PS, _PS, _lit("file"), _look(_PS))),

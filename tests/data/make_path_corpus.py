@@ -697,15 +697,28 @@ c(
 c(
     "C:/Program Files/App/a.ini, C:" + B + "Program Files (x86)" + B + "App" + B + "b.dll",
     "a.ini, b.dll",
-    ["C:" + B + "Program Files" + B + "App" + B + "a.ini",
-     "C:" + B + "Program Files (x86)" + B + "App" + B + "b.dll"],
+    [
+        "C:" + B + "Program Files" + B + "App" + B + "a.ini",
+        "C:" + B + "Program Files (x86)" + B + "App" + B + "b.dll",
+    ],
 )
 c(
-    "C:" + B + "Documents and Settings" + B + "bob" + B + "c.txt and C:" + B
-    + "Documents and Settings" + B + "bob",
+    "C:"
+    + B
+    + "Documents and Settings"
+    + B
+    + "bob"
+    + B
+    + "c.txt and C:"
+    + B
+    + "Documents and Settings"
+    + B
+    + "bob",
     "c.txt and ~",
-    ["C:" + B + "Documents and Settings" + B + "bob" + B + "c.txt",
-     "C:" + B + "Documents and Settings" + B + "bob"],
+    [
+        "C:" + B + "Documents and Settings" + B + "bob" + B + "c.txt",
+        "C:" + B + "Documents and Settings" + B + "bob",
+    ],
 )
 c(
     "/cygdrive/c/Program Files (x86)/App/x.txt /cygdrive/d/Documents and Settings/bob/y.txt",
