@@ -140,7 +140,7 @@ DEFAULT_MAX_PATH_CHARS = 4096
 #: the last segment of an overlong path is kept up to this many characters
 MAX_NAME_CHARS = 255
 #: characters before ``pos`` a decision may look at (the rewriter keeps this many)
-LOOKBEHIND = 32
+LOOKBEHIND = 64
 
 
 class Context(Enum):
@@ -658,17 +658,28 @@ def is_boundary(ch: str) -> bool:
     return True
 
 
-#: a command-line flag glued to its value: ``-I/usr/x``, ``-LC:\\x``, ``--include/x``
-#: (the ``-`` at the start, after whitespace, a quote, ``=``, ``,``, an opener)
-_FLAG_BEFORE = re.compile(r"(?:^|(?<=[\s\"'`(=,;\[{]))--?[A-Za-z]{1,16}\Z")
-#: an ANSI CSI sequence (colours: ``ESC[1;34m``), raw or escaped (``\\u001b``, ``\\x1b``,
-#: ``\\033``, ``\\e``; up to two JSON levels)
-_CSI_BEFORE = re.compile(r"(?:\x1b|\\{1,4}(?:u001[bB]|x1[bB]|033|e))\[[0-9;:?]{0,16}[A-Za-z]\Z")
+#: a command-line flag glued to its value: ``-I/usr/x``, ``-LC:\\x``, ``--include/x``;
+#: it counts where its ``-`` is at a boundary itself (whitespace, a quote, ``=``, an
+#: opener, an escape sequence, ``~~``...), never inside a word (``x-I/home``)
+_FLAG_BEFORE = re.compile(r"--?[A-Za-z]{1,16}\Z")
+#: ESC raw or escaped (``\\u001b``, ``\\x1b``, ``\\X1B``, ``\\033``; up to two JSON levels)
+_ESC_LEAD = r"(?:\x1b|\\{1,4}(?:u001[bB]|[xX]1[bB]|033))"
+#: a CSI lead: ESC ``[``, also ``\\e[`` ``\\E[`` (shells) and ``^[[`` (caret
+#: notation), the 8-bit CSI (``\x9b``, ``\\u009b``)
+_CSI_LEAD = rf"(?:{_ESC_LEAD}\[|\\{{1,4}}[eE]\[|\^\[\[|\x9b|\\{{1,4}}u009[bB])"
+#: an escape sequence ends a word: CSI (``ESC[1;34m``: params, intermediates, a final
+#: byte) or ESC + intermediates + a final byte (``ESC(B`` of ``tput sgr0``, ``ESC7``)
+_ESC_BEFORE = re.compile(
+    rf"(?:{_CSI_LEAD}[0-?]{{0,16}}[ -/]{{0,2}}[@-~]|{_ESC_LEAD}[ -/]{{0,2}}[0-~])\Z"
+)
+#: a character every escape sequence spelling holds (cheap test before the regex)
+_ESC_MARK = re.compile(r"[\x1b\x9b\\^]")
 
 
-def _boundary_at(buf: str, k: int) -> bool:
+def _boundary_at(buf: str, k: int, flags: bool = True) -> bool:
     """May a path start at ``buf[k]``? Also after a JSON ``\\n`` or a ``%XX`` escape,
-    a glued command-line flag (``-I``), an ANSI colour code, markdown ``~~``."""
+    an escape sequence (ANSI colours), markdown ``~~``, a glued command-line flag
+    (``-I``) whose ``-`` is at a boundary (``flags``: not for that ``-`` itself)."""
     if k == 0:
         return True
     ch = buf[k - 1]
@@ -685,13 +696,18 @@ def _boundary_at(buf: str, k: int) -> bool:
         and (buf[k - 3] == "%" or (k >= 5 and buf[k - 5 : k - 2] == "%25"))
     ):
         return True
-    if not ("a" <= ch <= "z" or "A" <= ch <= "Z"):
+    if ch >= "\x80":
         return False
-    lo = max(0, k - 20)
-    if buf.find("-", lo, k) >= 0 and _FLAG_BEFORE.search(buf, lo, k) is not None:
-        return True
     lo = max(0, k - 28)
-    return buf.find("[", lo, k) >= 0 and _CSI_BEFORE.search(buf, lo, k) is not None
+    if _ESC_MARK.search(buf, lo, k) is not None and _ESC_BEFORE.search(buf, lo, k) is not None:
+        return True
+    if not flags or not ("a" <= ch <= "z" or "A" <= ch <= "Z"):
+        return False
+    lo = max(0, k - 18)
+    if buf.find("-", lo, k) < 0:
+        return False
+    m = _FLAG_BEFORE.search(buf, lo, k)
+    return m is not None and _boundary_at(buf, m.start(), False)
 
 
 # --- normal form and names -------------------------------------------------------
@@ -817,6 +833,18 @@ def _trim_end(raw: str, before: str) -> str:
     elif before == "~" and raw.endswith("~~"):
         raw = raw[:-2].rstrip(_TRAILING_PUNCT)
     return raw
+
+
+def _opener_before(buf: str, start: int) -> str:
+    """The character before the path, or before the flag glued to it (``~~-L/x~~``)."""
+    if not start:
+        return ""
+    ch = buf[start - 1]
+    if "a" <= ch <= "z" or "A" <= ch <= "Z":
+        m = _FLAG_BEFORE.search(buf, max(0, start - 18), start)
+        if m is not None and m.start():
+            return buf[m.start() - 1]
+    return ch
 
 
 _HTML_SEP = re.compile(r"&(?:#x2f|#47|sol|#x5c|#92|bsol);", re.IGNORECASE)
@@ -1272,8 +1300,9 @@ class PathDetector:
         if m is not None and m.group() not in _BRACKETS and m.start() <= limit:
             # fast path: no bracket inside, the first stop ends the path
             raw = buf[start : m.start()].rstrip(_TRAILING_PUNCT)
-            if start and buf[start - 1] in "_~":
-                raw = _trim_end(raw, buf[start - 1])
+            before = _opener_before(buf, start)
+            if before in ("_", "~"):
+                raw = _trim_end(raw, before)
             if sp.html:
                 raw = _entity_end(buf, start, raw)
             return self._finish(raw, start, body, family, sp, Context.PROSE)
@@ -1302,7 +1331,7 @@ class PathDetector:
             if done is None:
                 return Overlong(start, stop)
             return Found(start, n - len(done[0]), done[1])
-        raw = _trim_end(buf[start:end], buf[start - 1] if start else "")
+        raw = _trim_end(buf[start:end], _opener_before(buf, start))
         if sp.html:
             raw = _entity_end(buf, start, raw)
         return self._finish(raw, start, body, family, sp, Context.PROSE)

@@ -782,6 +782,55 @@ c(
     "a shell default inside the braces",
 )
 c("${HOME:-/root} alone", "${HOME:-/root} alone", [], "a variable alone")
+# --- a flag after any boundary; every escape sequence ends a word
+c(
+    "\x1b[01m\x1b[K-I/home/bob/inc\x1b[m\x1b[K and \x1b[0m-L/srv/x/lib",
+    "\x1b[01m\x1b[K-Iinc\x1b[m\x1b[K and \x1b[0m-Llib",
+    ["/home/bob/inc", "/srv/x/lib"],
+    "gcc's coloured output: a flag right after a colour code",
+)
+c("~~-L/home/bob/lib~~", "~~-Llib~~", ["/home/bob/lib"], "a flag after ~~")
+c(
+    B + "n-I/home/bob/a.h %20-L/tmp/q/b",
+    B + "n-Ia.h %20-Lb",
+    ["/home/bob/a.h", "/tmp/q/b"],
+    "a flag after a JSON or a percent escape",
+)
+c(
+    "\x1b[1m-IC:" + B + "Users" + B + "bob" + B + "inc",
+    "\x1b[1m-Iinc",
+    ["C:" + B + "Users" + B + "bob" + B + "inc"],
+)
+c(
+    "x\x1b[0mx-I/home/bob/a and ~~x-L/home/bob/b",
+    "x\x1b[0mx-I/home/bob/a and ~~x-L/home/bob/b",
+    [],
+    "a '-' inside a word is still no flag",
+)
+c(
+    "\x1b(B\x1b[m/home/bob/a.txt \x1b7/tmp/q/b.txt\x1b8 \x1b(BC:"
+    + B
+    + "Users"
+    + B
+    + "bob"
+    + B
+    + "c.txt",
+    "\x1b(B\x1b[ma.txt \x1b7b.txt\x1b8 \x1b(Bc.txt",
+    ["/home/bob/a.txt", "/tmp/q/b.txt", "C:" + B + "Users" + B + "bob" + B + "c.txt"],
+    "charset (tput sgr0) and cursor save/restore escapes",
+)
+c(
+    "\x9b1;34m/tmp/q/a.txt " + B + "X1B[1m/tmp/q/b.txt " + B + "E[1m/tmp/q/c.txt ^[[1m/tmp/q/d.txt",
+    "\x9b1;34ma.txt " + B + "X1B[1mb.txt " + B + "E[1mc.txt ^[[1md.txt",
+    ["/tmp/q/a.txt", "/tmp/q/b.txt", "/tmp/q/c.txt", "/tmp/q/d.txt"],
+    "8-bit CSI; textual ESC spellings (\\X1B, \\E, caret notation)",
+)
+c(
+    B + "ev/tmp/q/a e7/tmp/q/b ^[a/tmp/q/c 1;34m/tmp/q/d",
+    B + "ev/tmp/q/a e7/tmp/q/b ^[a/tmp/q/c 1;34m/tmp/q/d",
+    [],
+    "no ESC (\\e only before [): words",
+)
 # --- long
 LONG = "/tmp/" + "d/" * 2500 + "final.txt"
 c(
