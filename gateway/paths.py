@@ -136,6 +136,8 @@ WIN_TOP_FOLDERS: tuple[str, ...] = (
 )
 #: ``vscode-remote://<authority>/<abs path>``: replaced whole
 REMOTE_SCHEME = "vscode-remote"
+#: every editor's remote scheme (``cursor-remote://``, ``vscode-insiders-remote://``)
+REMOTE_SCHEMES: tuple[str, ...] = tuple(f"{s}-remote" for s in EDITOR_SCHEMES)
 DEFAULT_MAX_PATH_CHARS = 4096
 #: the last segment of an overlong path is kept up to this many characters
 MAX_NAME_CHARS = 255
@@ -428,14 +430,16 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
             ),
         ),
         _group("deeplink", _seq(schemes, _COLON, _PS, _PS, _lit("file"), _look(_PS))),
-        # vscode-remote://ssh-remote+host/abs/path: a file on the (remote) machine
+        # vscode-remote://ssh-remote+host/abs/path: a file on the (remote) machine;
+        # also cursor-remote://, vscode-insiders-remote://... and the URL form
+        # vscode://vscode-remote/ssh-remote+host/abs/path
         _group(
             "remote",
             _seq(
-                _lit(REMOTE_SCHEME),
-                _COLON,
-                _PS,
-                _PS,
+                _alt(
+                    _seq(_alt(*[_lit(r) for r in REMOTE_SCHEMES]), _COLON, _PS, _PS),
+                    _seq(schemes, _COLON, _PS, _PS, _lit(REMOTE_SCHEME), _PS),
+                ),
                 _lazy(_rep(_ch(r"[\w.+@%-]"), 1, 100)),
                 _look(_PS),
             ),
@@ -446,7 +450,7 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
 #: a letters-only fragment is a prefix of a start iff it is one letter (a drive)
 #: or a prefix of one of these
 _LETTER_PREFIXES = frozenset(
-    w[:i] for w in ("file", REMOTE_SCHEME, *EDITOR_SCHEMES) for i in range(2, len(w) + 1)
+    w[:i] for w in ("file", *REMOTE_SCHEMES, *EDITOR_SCHEMES) for i in range(2, len(w) + 1)
 )
 #: characters a start may begin with: the triggers and (for C:, file:, vscode:) letters
 _FIRST_CHARS = "/~\\:%$&abcdefghijklmnopqrstuvwxyz"
@@ -775,6 +779,8 @@ def _normal_remote(s: str) -> str:
     """``vscode-remote://ssh-remote+host/home/x`` -> ``/home/x``."""
     s = unquote(s)
     rest = s[s.find("//") + 2 :]
+    if rest[:14].lower() == REMOTE_SCHEME + "/":  # vscode://vscode-remote/<authority>/...
+        rest = rest[14:]
     return _canon_posix(rest[rest.find("/") :])
 
 

@@ -831,6 +831,30 @@ c(
     [],
     "no ESC (\\e only before [): words",
 )
+# --- every editor's remote URIs, and VS Code's URL form of them
+c(
+    "open vscode://vscode-remote/ssh-remote+host/home/bob/proj/x.txt now",
+    "open x.txt now",
+    ["/home/bob/proj/x.txt"],
+    "VS Code's URL form of a remote file",
+)
+c(
+    "vscode://vscode-remote/wsl+Ubuntu/home/bob/a.py "
+    "vscode-insiders://vscode-remote/ssh-remote+h/srv/app/b.py",
+    "a.py b.py",
+    ["/home/bob/a.py", "/srv/app/b.py"],
+)
+c(
+    "vscode-insiders-remote://ssh-remote+h/home/bob/c.py cursor-remote://wsl+U/tmp/q/d.py",
+    "c.py d.py",
+    ["/home/bob/c.py", "/tmp/q/d.py"],
+)
+c(
+    "vscode://vscode-remote/host cursor-remote://host xvscode://vscode-remote/h/home/bob/e",
+    "vscode://vscode-remote/host cursor-remote://host xvscode://vscode-remote/h/home/bob/e",
+    [],
+    "no path after the authority; a scheme glued to a word",
+)
 # --- long
 LONG = "/tmp/" + "d/" * 2500 + "final.txt"
 c(
