@@ -398,16 +398,18 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
         _group("device", _device_start()),
         _group("unc", _seq(unc_lead, _rep(_ch(r"[\w.$-]"), 1, 63), _WS, share)),
         _group("drive", _seq(_ch("[a-z]"), _COLON, drive_sep, _spacey_after(any_sep))),
-        # \\Users\\bob: no drive; an NT device path \\Device\\HarddiskVolume3\\...
+        # \\Users\\bob: no drive; NT namespace paths \\Device\\<name>\\..., \\SystemRoot\\...
         _group(
             "winroot",
             _seq(
                 _WS,
                 _alt(
                     _lit("users"),
-                    _seq(_lit("device"), _WS, _lit("harddiskvolume"), _rep(_ch("[0-9]"), 1, 3)),
+                    _lit("systemroot"),
+                    # any NT device: HarddiskVolume3, HarddiskVolumeShadowCopy1, Mup, CdRom0
+                    _seq(_lit("device"), _WS, _ch("[a-z]"), _rep(_ch("[a-z0-9_]"), 0, 39)),
                 ),
-                _look(_WS),
+                _look(any_sep),
             ),
         ),
         _group("tilde", _seq(_lit("~"), _opt(user), _alt(_PS, _WS))),

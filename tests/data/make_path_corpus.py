@@ -855,6 +855,112 @@ c(
     [],
     "no path after the authority; a scheme glued to a word",
 )
+# --- the NT namespace: any \\Device\\<name>, \\SystemRoot
+c(
+    B
+    + "Device"
+    + B
+    + "HarddiskVolumeShadowCopy1"
+    + B
+    + "Users"
+    + B
+    + "bob"
+    + B
+    + "a.txt "
+    + B
+    + "Device"
+    + B
+    + "Mup"
+    + B
+    + "srv"
+    + B
+    + "share"
+    + B
+    + "b.txt",
+    "a.txt b.txt",
+    [
+        B + "Device" + B + "HarddiskVolumeShadowCopy1" + B + "Users" + B + "bob" + B + "a.txt",
+        B + "Device" + B + "Mup" + B + "srv" + B + "share" + B + "b.txt",
+    ],
+    "any NT device name",
+)
+c(
+    B
+    + "Device"
+    + B
+    + "CdRom0"
+    + B
+    + "setup"
+    + B
+    + "c.exe "
+    + B
+    + "Device"
+    + B
+    + "LanmanRedirector"
+    + B
+    + "srv"
+    + B
+    + "d.txt",
+    "c.exe d.txt",
+    [
+        B + "Device" + B + "CdRom0" + B + "setup" + B + "c.exe",
+        B + "Device" + B + "LanmanRedirector" + B + "srv" + B + "d.txt",
+    ],
+)
+c(
+    B
+    + "SystemRoot"
+    + B
+    + "System32"
+    + B
+    + "e.dll "
+    + B
+    + "Device"
+    + B
+    + "HarddiskVolume3/Users/bob/f.txt",
+    "e.dll f.txt",
+    [
+        B + "SystemRoot" + B + "System32" + B + "e.dll",
+        B + "Device" + B + "HarddiskVolume3" + B + "Users" + B + "bob" + B + "f.txt",
+    ],
+    "\\SystemRoot; forward slashes after the device",
+)
+c(
+    B
+    + "Devices"
+    + B
+    + "x "
+    + B
+    + "Device alone "
+    + B
+    + "SystemRootX"
+    + B
+    + "y "
+    + B
+    + "Device"
+    + B
+    + "9x"
+    + B
+    + "z",
+    B
+    + "Devices"
+    + B
+    + "x "
+    + B
+    + "Device alone "
+    + B
+    + "SystemRootX"
+    + B
+    + "y "
+    + B
+    + "Device"
+    + B
+    + "9x"
+    + B
+    + "z",
+    [],
+    "not the NT namespace",
+)
 # --- long
 LONG = "/tmp/" + "d/" * 2500 + "final.txt"
 c(
