@@ -239,14 +239,32 @@ def _enc(ch: str) -> _P:
 
 _BS = _lit("\\")
 #: HTML character references a markdown renderer shows as a slash / a backslash
-_HTML_SLASHES = ("&#x2f;", "&#47;", "&sol;")
-_HTML_BACKSLASHES = ("&#x5c;", "&#92;", "&bsol;")
-_BS_ENC = _alt(_lit("%5c"), _lit("%255c"), _lit("\\u005c"), *[_lit(e) for e in _HTML_BACKSLASHES])
+#: (also escaped twice, ``&amp;#x2F;``: a renderer shows that as ``&#x2F;``)
+_HTML_SLASHES = ("&#x2f;", "&#47;", "&sol;", "&amp;#x2f;", "&amp;#47;", "&amp;sol;")
+_HTML_BACKSLASHES = ("&#x5c;", "&#92;", "&bsol;", "&amp;#x5c;", "&amp;#92;", "&amp;bsol;")
+
+
+def _bare_ref(hex_ref: str, dec_ref: str) -> _P:
+    """A numeric reference without its ``;`` (HTML5 accepts it) where no digit follows:
+    ``&#x2Fhome`` is ``/home``, ``&#x2Fetc`` is U+2FE + ``tc``."""
+    return _alt(
+        _seq(_lit(hex_ref), _look(_ch("[^0-9a-f;]"))), _seq(_lit(dec_ref), _look(_ch("[^0-9;]")))
+    )
+
+
+_BS_ENC = _alt(
+    _lit("%5c"),
+    _lit("%255c"),
+    _lit("\\u005c"),
+    *[_lit(e) for e in _HTML_BACKSLASHES],
+    _bare_ref("&#x5c", "&#92"),
+)
 #: a POSIX separator: plain, JSON-escaped (one or two levels), \u-escaped, percent-encoded,
 #: an HTML character reference
 _PS = _alt(
     *[_lit(bs + "/") for bs in ("", "\\", "\\\\", "\\\\\\")],
     *[_lit(e) for e in ("\\u002f", "%2f", "%252f", *_HTML_SLASHES)],
+    _bare_ref("&#x2f", "&#47"),
 )
 #: a Windows separator: backslashes (1, 2, 4... for JSON levels), \u- or percent-encoded
 _WS = _alt(_rep(_BS, 1, 8), _BS_ENC)
@@ -376,6 +394,7 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
         _WS,
         _seq(_lit("/"), _look(_ch("[^/]"))),
         *[_lit(e) for e in ("%2f", "%252f", *_HTML_SLASHES)],
+        _bare_ref("&#x2f", "&#47"),
     )
     schemes = _alt(*[_lit(s) for s in EDITOR_SCHEMES])
     alts = []
@@ -412,7 +431,11 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
                 _look(any_sep),
             ),
         ),
-        _group("tilde", _seq(_lit("~"), _opt(user), _alt(_PS, _WS))),
+        # ~/x, also HTML-encoded (&#126;/x, &#x7E;&#x2F;x; not &tilde;: that is U+02DC)
+        _group(
+            "tilde",
+            _seq(_alt(_lit("~"), _lit("&#126;"), _lit("&#x7e;")), _opt(user), _alt(_PS, _WS)),
+        ),
         # "$HOME"/x: the shell's quoted variable (the closing quote is given back)
         _group(
             "var",
@@ -498,8 +521,13 @@ _STOP_ESC = re.compile(rf"{_STOP_CLASS}|{_ESC_END}")
 _STOP_SHELL = re.compile(rf"(?<!(?<!\\)\\){_STOP_CLASS}|{_ESC_END}")
 #: percent-encoded paths: also the URL delimiters
 _STOP_PCT = re.compile(rf"{_STOP_CLASS}|[&#?=]|{_ESC_END}")
+#: an HTML separator reference (see :data:`_HTML_SLASHES`; also without its ``;``)
+_HTML_SEP_RE = (
+    r"&(?:amp;)?(?:#x2f;|#47;|sol;|#x5c;|#92;|bsol;)"
+    r"|&#x2f(?![0-9a-f;])|&#47(?![0-9;])|&#x5c(?![0-9a-f;])|&#92(?![0-9;])"
+)
 _SEPARATORS = re.compile(
-    r"(?:\\u00(?:2[fF]|5[cC])|%(?:25)?(?:2[fF]|5[cC])|[/\\]|(?i:&#x2f;|&#47;|&sol;|&#x5c;|&#92;|&bsol;))+"
+    r"(?:\\u00(?:2[fF]|5[cC])|%(?:25)?(?:2[fF]|5[cC])|[/\\]|(?i:" + _HTML_SEP_RE + "))+"
 )
 _DUP_SEP = re.compile(r"/(?:\.?/)+")
 _DUP_WIN_SEP = re.compile(r"\\(?:\.?\\)+")
@@ -510,6 +538,8 @@ _JSON_U = re.compile(r"\\u[0-9a-fA-F]{4}")
 #: would be control characters in a file name (in prose ``a\b.txt`` is a name)
 _JSON_ESCAPE = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/])')
 _TILDE_HEAD = re.compile(r"~[^/\\]*")
+#: ``~`` then a separator (a generic anchor, unlike ``~user/``)
+_TILDE_ALONE = re.compile(r"(?:~|&#126;|&#x7e;)[/\\%&]", re.IGNORECASE)
 _NON_SEPARATOR = re.compile(r"[^/\\.]")
 _EMPTY_BODY = re.compile(rf"(?:{_PS.full}|{_WS.full}|\.)*", re.IGNORECASE)
 _SECOND_START = re.compile(r"\s(?=[/~\\%$&]|[a-z][a-z-]*(?::|%3a))", re.IGNORECASE)
@@ -588,7 +618,8 @@ def _spelling_of(family: str, start: str) -> _Spelling:
     # (/home\\bob\\x is a mixed spelling: there \\b is a separator, not an escape)
     win = family in _WIN_START or (
         family in ("tilde", "var", "posix", "cfg")
-        and (low.endswith(("\\", "%5c", "\\u005c", *_HTML_BACKSLASHES)) and "\\/" not in low)
+        and (low.endswith(("\\", "%5c", "\\u005c", "&#x5c", "&#92", *_HTML_BACKSLASHES)))
+        and "\\/" not in low
     )
     if "\\u00" in low:
         json = 1
@@ -855,9 +886,9 @@ def _opener_before(buf: str, start: int) -> str:
     return ch
 
 
-_HTML_SEP = re.compile(r"&(?:#x2f|#47|sol|#x5c|#92|bsol);", re.IGNORECASE)
+_HTML_SEP = re.compile(_HTML_SEP_RE, re.IGNORECASE)
 #: a separator still encoded in a name (a spelling that changed inside the path)
-_ENCODED_SEP = re.compile(r"%(?:25)*(?:2f|5c)|&(?:#x2f|#47|sol|#x5c|#92|bsol);", re.IGNORECASE)
+_ENCODED_SEP = re.compile(r"%(?:25)*(?:2f|5c)|" + _HTML_SEP_RE, re.IGNORECASE)
 
 
 def _after_encoded_separator(name: str) -> str:
@@ -867,7 +898,7 @@ def _after_encoded_separator(name: str) -> str:
     return parts[-1] if parts else name
 
 
-_ENTITY_CUT = re.compile(r"&(?:#x2f|#47|sol|#x5c|#92|bsol)\Z", re.IGNORECASE)
+_ENTITY_CUT = re.compile(r"&(?:amp;)?(?:#x2f|#47|sol|#x5c|#92|bsol)\Z", re.IGNORECASE)
 
 
 def _entity_end(buf: str, start: int, raw: str) -> str:
@@ -1356,7 +1387,7 @@ class PathDetector:
             if again is None or again.end() > len(raw):
                 return None
             b = again.end()
-        if family != "cfg" and (family != "tilde" or raw[1] in "/\\%"):
+        if family != "cfg" and (family != "tilde" or _TILDE_ALONE.match(raw) is not None):
             # a generic anchor (/tmp/, ~/, C:\\) needs a name after it, not a space
             rest = raw[b:]
             lead = _EMPTY_BODY.match(rest) if "%" in rest or "\\u" in rest or "&" in rest else None
@@ -1383,6 +1414,8 @@ class PathDetector:
             path = _canon_posix(raw)
             return self._configured(path) if self._cfg_lower else path
         s = html.unescape(raw) if sp.html else raw
+        if sp.html and "&" in s:  # &amp;#x2F; (escaped twice)
+            s = html.unescape(s)
         for _ in range(sp.pct):
             s = unquote(s)
         for _ in range(json):

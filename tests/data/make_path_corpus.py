@@ -961,6 +961,31 @@ c(
     [],
     "not the NT namespace",
 )
+# --- HTML near-variants: escaped twice, no semicolon, an encoded tilde
+c(
+    "&amp;#x2F;home&amp;#x2F;bob&amp;#x2F;a.txt C:&amp;#x5C;Users&amp;#x5C;bob&amp;#x5C;b.txt",
+    "a.txt b.txt",
+    ["/home/bob/a.txt", "C:" + B + "Users" + B + "bob" + B + "b.txt"],
+    "HTML-escaped twice (a renderer shows &#x2F;)",
+)
+c(
+    "&#x2Fhome&#x2FSam&#x2Fx.txt &#47tmp&#47q&#47d.txt",
+    "x.txt d.txt",
+    ["/home/Sam/x.txt", "/tmp/q/d.txt"],
+    "a numeric reference without its ; (HTML5 reads it) where no digit follows",
+)
+c(
+    "&#126;/proj/e.txt &#x7E;&#x2F;proj&#x2F;f.txt &#126;bob/g.txt",
+    "e.txt f.txt g.txt",
+    ["~/proj/e.txt", "~/proj/f.txt", "~bob/g.txt"],
+    "an HTML-encoded tilde",
+)
+c(
+    "&#x2Fetc&#x2Fx &#4712 x &#47 y &#126;/ &tilde;/proj/h.txt a &amp;#x2F;tmp&amp;#x2F; b",
+    "&#x2Fetc&#x2Fx &#4712 x &#47 y &#126;/ &tilde;/proj/h.txt a &amp;#x2F;tmp&amp;#x2F; b",
+    [],
+    "a hex digit after a bare reference makes another character; &tilde; is U+02DC; anchors alone",
+)
 # --- long
 LONG = "/tmp/" + "d/" * 2500 + "final.txt"
 c(
