@@ -321,7 +321,8 @@ def _var_start() -> _P:
             dollar,
             _enc("{"),
             names,
-            _alt(_lit(":-"), _lit(":="), _lit("-"), _lit("=")),
+            _opt(_COLON),
+            _alt(_lit("-"), _lit("=")),
             _rep(_ch(r"[^}\s]"), 0, 64),
             _enc("}"),
         ),
@@ -331,22 +332,36 @@ def _var_start() -> _P:
 
 #: any other ``%NAME%`` then a backslash is a Windows folder variable (``%FOO%\\x``);
 #: a letter first and three or more characters (``100%\\``, ``%s%\\n`` are no
-#: variables), plain backslashes only and not a JSON escape after them
+#: variables), backslashes (or ``%5C``) and not a JSON escape after them
 _ANY_PCT_VAR = _seq(
-    _lit("%"),
+    _enc("%"),
     _ch("[a-z]"),
     _rep(_ch("[a-z0-9_]"), 2, 39),
-    _opt(_lit("(x86)")),
-    _lit("%"),
-    _rep(_BS, 1, 8),
-    _look(_ch(r'(?-i:[^nrtbfu"\\/\s%&])')),
+    _opt(_seq(_enc("("), _lit("x86"), _enc(")"))),
+    _enc("%"),
+    _alt(_rep(_BS, 1, 8), _lit("%5c"), _lit("%255c")),
+    _look(_ch(r'(?-i:[^nrtbfu"\\/\s])')),
 )
 
 
 #: Windows top folders holding a space: read as one segment after any drive form
 #: (``C:\\Program Files\\x``, ``/cygdrive/c/Program Files (x86)/x``), else the path
 #: would end at the space and the rest (a folder) would leak
-_SPACEY = _alt(*[_lit(w) for w in WIN_TOP_FOLDERS if " " in w])
+def _folder_name(name: str) -> _P:
+    """A top folder name; its space and parentheses may be percent-encoded (``%20``),
+    the space also shell-escaped (``Program\\ Files``)."""
+    parts: list[_P] = []
+    for ch in name:
+        if ch == " ":
+            parts.append(_alt(_enc(" "), _lit("\\ ")))
+        elif ch in "()":
+            parts.append(_enc(ch))
+        else:
+            parts.append(_lit(ch))
+    return _seq(*parts)
+
+
+_SPACEY = _alt(*[_folder_name(w) for w in WIN_TOP_FOLDERS if " " in w])
 
 
 def _spacey_after(sep: _P) -> _P:
@@ -379,6 +394,17 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
     """Every start form, one named alternative per family (longest and most
     specific first: a configured root before the default roots)."""
     any_sep = _alt(_PS, _WS)
+    # <scheme>://file/C:/Program Files/...: the drive's top folder read whole
+    # (C:/, /c/, /cygdrive/c/, /mnt/c/)
+    drive_top = _seq(
+        _alt(
+            _seq(_ch("[a-z]"), _COLON, any_sep),
+            _seq(_opt(_seq(_alt(_lit("cygdrive"), _lit("mnt")), _PSEPS)), _ch("[a-z]"), _PSEPS),
+        ),
+        _SPACEY,
+        _look(any_sep),
+    )
+    file_tail = _alt(_seq(_PS, _opt(_PS), drive_top), _look(_PS))
     roots = _alt(
         # /cygdrive/c/Program Files/..., WSL /mnt/c/Program Files (x86)/...: before
         # the plain /mnt root, which would end the start at the drive letter
@@ -386,7 +412,7 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
         *[_segments(r) for r in DEFAULT_ROOT_NAMES],
         # Cygwin /cygdrive/c/..., Git Bash / MSYS /c/Users/...
         _seq(_lit("cygdrive"), _PSEPS, _ch("[a-z]")),
-        _seq(_ch("[a-z]"), _PSEPS, _alt(*[_lit(w) for w in WIN_TOP_FOLDERS])),
+        _seq(_ch("[a-z]"), _PSEPS, _alt(*[_folder_name(w) for w in WIN_TOP_FOLDERS])),
     )
     user = _seq(_ch("[a-z_]"), _rep(_ch(r"[\w.-]"), 0, 31))
     unc_lead = _alt(_rep(_BS, 2, 8), _rep(_BS_ENC, 2, 2))
@@ -413,7 +439,7 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
                 _look(_alt(_PS, _seq(_WS, _ch(r'(?-i:[^nrtu"\\\\/\s])')))),
             ),
         ),
-        _group("uri", _seq(_PS, _PS, _lit("file"), _look(_PS))),
+        _group("uri", _seq(_PS, _PS, _lit("file"), file_tail)),
         _group("device", _device_start()),
         _group("unc", _seq(unc_lead, _rep(_ch(r"[\w.$-]"), 1, 63), _WS, share)),
         _group("drive", _seq(_ch("[a-z]"), _COLON, drive_sep, _spacey_after(any_sep))),
@@ -451,10 +477,10 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
                 _lit("file"),
                 _COLON,
                 _PS,
-                _opt(_seq(_rep(_PS, 0, 3), _ch("[a-z]"), _COLON, any_sep, _SPACEY, _look(any_sep))),
+                _opt(_seq(_rep(_PS, 0, 3), drive_top)),
             ),
         ),
-        _group("deeplink", _seq(schemes, _COLON, _PS, _PS, _lit("file"), _look(_PS))),
+        _group("deeplink", _seq(schemes, _COLON, _PS, _PS, _lit("file"), file_tail)),
         # vscode-remote://ssh-remote+host/abs/path: a file on the (remote) machine;
         # also cursor-remote://, vscode-insiders-remote://... and the URL form
         # vscode://vscode-remote/ssh-remote+host/abs/path
@@ -466,7 +492,7 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
                     _seq(schemes, _COLON, _PS, _PS, _lit(REMOTE_SCHEME), _PS),
                 ),
                 _lazy(_rep(_ch(r"[\w.+@%-]"), 1, 100)),
-                _look(_PS),
+                file_tail,
             ),
         ),
     ]
@@ -565,7 +591,11 @@ _VAR_HEAD = re.compile(
 _USER_PARENT_NAMES = frozenset({"users", "home", "media", "documents and settings"})
 _USER_PARENT_LENS = frozenset({4, 5, 22})
 _WIN_START = frozenset({"drive", "unc", "device", "winroot"})
-_SPACEY_TAIL = re.compile(r"(?:program files(?: \(x86\))?|documents and settings)\Z")
+_SP = r"(?: |%(?:25)?20|\\ )"
+_SPACEY_TAIL = re.compile(
+    rf"(?:program{_SP}files(?:{_SP}(?:\(|%(?:25)?28)x86(?:\)|%(?:25)?29))?"
+    rf"|documents{_SP}and{_SP}settings)\Z"
+)
 _PCT1 = re.compile("%(?:2f|5c|3a|24)")
 _PCT2 = re.compile("%25(?:2f|5c|3a|24)")
 

@@ -747,6 +747,22 @@ c(
     ["C:" + B + "Program", "C:" + B + "Programs"],
     "the folder alone or misspelt: the path ends at the space as before",
 )
+c(
+    "C%3A%5CProgram%20Files%20%28x86%29%5CApp%5Ca.txt /c/Program" + B + " Files/App/b.txt "
+    "vscode://file/C:/Program Files/App/c.txt:3",
+    "a.txt b.txt c.txt",
+    [
+        "C:" + B + "Program Files (x86)" + B + "App" + B + "a.txt",
+        "/c/Program Files/App/b.txt",
+        "C:" + B + "Program Files" + B + "App" + B + "c.txt",
+    ],
+    "the folder's space percent-encoded or shell-escaped; an editor deep link",
+)
+c(
+    "vscode-remote://ssh-remote+h/c/Documents and Settings/bob/d.txt",
+    "d.txt",
+    ["/c/Documents and Settings/bob/d.txt"],
+)
 # --- more Windows variables, any %NAME%\\ and shell defaults
 c(
     "%SystemDrive%" + B + "App" + B + "a.txt %ProgramFiles(x86)%" + B + "App" + B + "b.txt",
