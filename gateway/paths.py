@@ -39,10 +39,11 @@ Rules
    letters-only tail needs only a set lookup (``C``, ``fil``, ``vsco``).
    A start counts only at a boundary: not right after a letter or digit of a
    space-separated script or after ``/ \\ . ~`` (keeps URLs, ``and/or``,
-   ``../tmp`` out); a JSON ``\\n``/``\\t`` or a ``%XX`` escape, a glued flag
-   (``-I``, ``--include``), an ANSI colour code (``ESC[1;34m``) or ``~~`` before it
-   is a boundary. A configured root of two or more segments starts also after a
-   letter, digit, ``.`` or ``~``. ``//`` right after ``:`` is a URL authority, never
+   ``../tmp`` out); a JSON ``\\n``/``\\t`` or a ``%XX`` escape, an escape
+   sequence (``ESC[1;34m``, ``ESC(B``), ``~~`` or a glued flag (``-I``,
+   ``--include``) whose ``-`` is at a boundary itself before it is a boundary.
+   A configured root of two or more segments starts also after a letter, digit,
+   ``.`` or ``~``. ``//`` right after ``:`` is a URL authority, never
    a POSIX path.
 3. *Body.* Generic anchors (``/tmp/``, ``~/``, ``C:\\``, ``$HOME/``) need a
    non-separator after them; a configured root or mount prefix and ``~user/`` are
