@@ -391,21 +391,39 @@ def _cfg_start(cfg_roots: tuple[str, ...]) -> _P:
     return _group("cfg", _seq(_PSEPS, _opt(_seq(_ALIAS_START, _PSEPS)), cfg, _root_end()))
 
 
+_ANY_SEP = _alt(_PS, _WS)
+#: a drive (C:/, /c/, /cygdrive/c/, /mnt/c/) and its space-holding top folder, read
+#: whole after a URI (file:///C:/Program Files/..., <scheme>://file/C:/Program Files/...)
+_DRIVE_TOP = _seq(
+    _alt(
+        _seq(_ch("[a-z]"), _COLON, _ANY_SEP),
+        _seq(_opt(_seq(_alt(_lit("cygdrive"), _lit("mnt")), _PSEPS)), _ch("[a-z]"), _PSEPS),
+    ),
+    _SPACEY,
+    _look(_ANY_SEP),
+)
+#: what follows ``//file`` or a remote authority: a separator (or a drive's top folder)
+_FILE_TAIL = _alt(_seq(_PS, _opt(_PS), _DRIVE_TOP), _look(_PS))
+
+
+def _remote_start(schemes: _P) -> _P:
+    """``vscode-remote://ssh-remote+host/abs/path``: a file on the (remote) machine;
+    also ``cursor-remote://``, ``vscode-insiders-remote://``... and the URL form
+    ``vscode://vscode-remote/ssh-remote+host/abs/path``."""
+    return _seq(
+        _alt(
+            _seq(_alt(*[_lit(r) for r in REMOTE_SCHEMES]), _COLON, _PS, _PS),
+            _seq(schemes, _COLON, _PS, _PS, _lit(REMOTE_SCHEME), _PS),
+        ),
+        _lazy(_rep(_ch(r"[\w.+@%-]"), 1, 100)),
+        _FILE_TAIL,
+    )
+
+
 def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
     """Every start form, one named alternative per family (longest and most
     specific first: a configured root before the default roots)."""
-    any_sep = _alt(_PS, _WS)
-    # <scheme>://file/C:/Program Files/...: the drive's top folder read whole
-    # (C:/, /c/, /cygdrive/c/, /mnt/c/)
-    drive_top = _seq(
-        _alt(
-            _seq(_ch("[a-z]"), _COLON, any_sep),
-            _seq(_opt(_seq(_alt(_lit("cygdrive"), _lit("mnt")), _PSEPS)), _ch("[a-z]"), _PSEPS),
-        ),
-        _SPACEY,
-        _look(any_sep),
-    )
-    file_tail = _alt(_seq(_PS, _opt(_PS), drive_top), _look(_PS))
+    any_sep, file_tail = _ANY_SEP, _FILE_TAIL
     roots = _alt(
         # /cygdrive/c/Program Files/..., WSL /mnt/c/Program Files (x86)/...: before
         # the plain /mnt root, which would end the start at the drive letter
@@ -472,30 +490,9 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
             ),
         ),
         # file:///C:/Program Files/...: the drive's top folder read whole
-        _group(
-            "file",
-            _seq(
-                _lit("file"),
-                _COLON,
-                _PS,
-                _opt(_seq(_rep(_PS, 0, 3), drive_top)),
-            ),
-        ),
+        _group("file", _seq(_lit("file"), _COLON, _PS, _opt(_seq(_rep(_PS, 0, 3), _DRIVE_TOP)))),
         _group("deeplink", _seq(schemes, _COLON, _PS, _PS, _lit("file"), file_tail)),
-        # vscode-remote://ssh-remote+host/abs/path: a file on the (remote) machine;
-        # also cursor-remote://, vscode-insiders-remote://... and the URL form
-        # vscode://vscode-remote/ssh-remote+host/abs/path
-        _group(
-            "remote",
-            _seq(
-                _alt(
-                    _seq(_alt(*[_lit(r) for r in REMOTE_SCHEMES]), _COLON, _PS, _PS),
-                    _seq(schemes, _COLON, _PS, _PS, _lit(REMOTE_SCHEME), _PS),
-                ),
-                _lazy(_rep(_ch(r"[\w.+@%-]"), 1, 100)),
-                file_tail,
-            ),
-        ),
+        _group("remote", _remote_start(schemes)),
     ]
 
 
