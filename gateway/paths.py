@@ -39,10 +39,11 @@ Rules
    letters-only tail needs only a set lookup (``C``, ``fil``, ``vsco``).
    A start counts only at a boundary: not right after a letter or digit of a
    space-separated script or after ``/ \\ . ~`` (keeps URLs, ``and/or``,
-   ``../tmp`` out); a JSON ``\\n``/``\\t`` or a ``%XX`` escape, a glued flag
-   (``-I``, ``--include``), an ANSI colour code (``ESC[1;34m``) or ``~~`` before it
-   is a boundary. A configured root of two or more segments starts also after a
-   letter, digit, ``.`` or ``~``. ``//`` right after ``:`` is a URL authority, never
+   ``../tmp`` out); a JSON ``\\n``/``\\t`` or a ``%XX`` escape, an escape
+   sequence (``ESC[1;34m``, ``ESC(B``), ``~~`` or a glued flag (``-I``,
+   ``--include``) whose ``-`` is at a boundary itself before it is a boundary.
+   A configured root of two or more segments starts also after a letter, digit,
+   ``.`` or ``~``. ``//`` right after ``:`` is a URL authority, never
    a POSIX path.
 3. *Body.* Generic anchors (``/tmp/``, ``~/``, ``C:\\``, ``$HOME/``) need a
    non-separator after them; a configured root or mount prefix and ``~user/`` are
@@ -117,6 +118,13 @@ FOLDER_VARS: tuple[str, ...] = (
     "public",
     "systemroot",
     "windir",
+    "systemdrive",
+    "programfiles(x86)",
+    "programw6432",
+    "commonprogramfiles(x86)",
+    "commonprogramfiles",
+    "onedriveconsumer",
+    "onedrivecommercial",
 )
 #: Windows top folders that make ``/c/<folder>`` (Git Bash, MSYS) a drive path
 WIN_TOP_FOLDERS: tuple[str, ...] = (
@@ -129,11 +137,13 @@ WIN_TOP_FOLDERS: tuple[str, ...] = (
 )
 #: ``vscode-remote://<authority>/<abs path>``: replaced whole
 REMOTE_SCHEME = "vscode-remote"
+#: every editor's remote scheme (``cursor-remote://``, ``vscode-insiders-remote://``)
+REMOTE_SCHEMES: tuple[str, ...] = tuple(f"{s}-remote" for s in EDITOR_SCHEMES)
 DEFAULT_MAX_PATH_CHARS = 4096
 #: the last segment of an overlong path is kept up to this many characters
 MAX_NAME_CHARS = 255
 #: characters before ``pos`` a decision may look at (the rewriter keeps this many)
-LOOKBEHIND = 32
+LOOKBEHIND = 64
 
 
 class Context(Enum):
@@ -230,14 +240,32 @@ def _enc(ch: str) -> _P:
 
 _BS = _lit("\\")
 #: HTML character references a markdown renderer shows as a slash / a backslash
-_HTML_SLASHES = ("&#x2f;", "&#47;", "&sol;")
-_HTML_BACKSLASHES = ("&#x5c;", "&#92;", "&bsol;")
-_BS_ENC = _alt(_lit("%5c"), _lit("%255c"), _lit("\\u005c"), *[_lit(e) for e in _HTML_BACKSLASHES])
+#: (also escaped twice, ``&amp;#x2F;``: a renderer shows that as ``&#x2F;``)
+_HTML_SLASHES = ("&#x2f;", "&#47;", "&sol;", "&amp;#x2f;", "&amp;#47;", "&amp;sol;")
+_HTML_BACKSLASHES = ("&#x5c;", "&#92;", "&bsol;", "&amp;#x5c;", "&amp;#92;", "&amp;bsol;")
+
+
+def _bare_ref(hex_ref: str, dec_ref: str) -> _P:
+    """A numeric reference without its ``;`` (HTML5 accepts it) where no digit follows:
+    ``&#x2Fhome`` is ``/home``, ``&#x2Fetc`` is U+2FE + ``tc``."""
+    return _alt(
+        _seq(_lit(hex_ref), _look(_ch("[^0-9a-f;]"))), _seq(_lit(dec_ref), _look(_ch("[^0-9;]")))
+    )
+
+
+_BS_ENC = _alt(
+    _lit("%5c"),
+    _lit("%255c"),
+    _lit("\\u005c"),
+    *[_lit(e) for e in _HTML_BACKSLASHES],
+    _bare_ref("&#x5c", "&#92"),
+)
 #: a POSIX separator: plain, JSON-escaped (one or two levels), \u-escaped, percent-encoded,
 #: an HTML character reference
 _PS = _alt(
     *[_lit(bs + "/") for bs in ("", "\\", "\\\\", "\\\\\\")],
     *[_lit(e) for e in ("\\u002f", "%2f", "%252f", *_HTML_SLASHES)],
+    _bare_ref("&#x2f", "&#47"),
 )
 #: a Windows separator: backslashes (1, 2, 4... for JSON levels), \u- or percent-encoded
 _WS = _alt(_rep(_BS, 1, 8), _BS_ENC)
@@ -289,8 +317,57 @@ def _var_start() -> _P:
         _seq(pct, _lit("homedrive"), pct, pct, _lit("homepath"), pct),
         _seq(dollar, _opt(_seq(_lit("env"), _COLON)), names),
         _seq(dollar, _enc("{"), _opt(_seq(_lit("env"), _COLON)), names, _enc("}")),
+        # ${HOME:-/root}: a shell default (any text up to the brace)
+        _seq(
+            dollar,
+            _enc("{"),
+            names,
+            _opt(_COLON),
+            _alt(_lit("-"), _lit("=")),
+            _rep(_ch(r"[^}\s]"), 0, 64),
+            _enc("}"),
+        ),
         _seq(pct, names, pct),
     )
+
+
+#: any other ``%NAME%`` then a backslash is a Windows folder variable (``%FOO%\\x``);
+#: a letter first and three or more characters (``100%\\``, ``%s%\\n`` are no
+#: variables), backslashes (or ``%5C``) and not a JSON escape after them
+_ANY_PCT_VAR = _seq(
+    _enc("%"),
+    _ch("[a-z]"),
+    _rep(_ch("[a-z0-9_]"), 2, 39),
+    _opt(_seq(_enc("("), _lit("x86"), _enc(")"))),
+    _enc("%"),
+    _alt(_rep(_BS, 1, 8), _lit("%5c"), _lit("%255c")),
+    _look(_ch(r'(?-i:[^nrtbfu"\\/\s])')),
+)
+
+
+#: Windows top folders holding a space: read as one segment after any drive form
+#: (``C:\\Program Files\\x``, ``/cygdrive/c/Program Files (x86)/x``), else the path
+#: would end at the space and the rest (a folder) would leak
+def _folder_name(name: str) -> _P:
+    """A top folder name; its space and parentheses may be percent-encoded (``%20``),
+    the space also shell-escaped (``Program\\ Files``)."""
+    parts: list[_P] = []
+    for ch in name:
+        if ch == " ":
+            parts.append(_alt(_enc(" "), _lit("\\ ")))
+        elif ch in "()":
+            parts.append(_enc(ch))
+        else:
+            parts.append(_lit(ch))
+    return _seq(*parts)
+
+
+_SPACEY = _alt(*[_folder_name(w) for w in WIN_TOP_FOLDERS if " " in w])
+
+
+def _spacey_after(sep: _P) -> _P:
+    """An optional space-holding top folder and the separator after it (lookahead)."""
+    return _opt(_seq(_SPACEY, _look(sep)))
 
 
 def _device_start() -> _P:
@@ -300,7 +377,11 @@ def _device_start() -> _P:
     return _seq(
         _alt(_seq(lead, _alt(q, _enc("."))), _seq(_alt(_rep(_BS, 1, 4), _BS_ENC), q, q)),
         _alt(_WS, _PS),
-        _look(_ch(r"[\w{%]")),
+        # \\?\C:\Program Files\...: the drive's top folder read whole
+        _alt(
+            _seq(_ch("[a-z]"), _enc(":"), _alt(_WS, _PS), _SPACEY, _look(_alt(_WS, _PS))),
+            _look(_ch(r"[\w{%]")),
+        ),
     )
 
 
@@ -310,14 +391,47 @@ def _cfg_start(cfg_roots: tuple[str, ...]) -> _P:
     return _group("cfg", _seq(_PSEPS, _opt(_seq(_ALIAS_START, _PSEPS)), cfg, _root_end()))
 
 
+_ANY_SEP = _alt(_PS, _WS)
+#: a drive (C:/, /c/, /cygdrive/c/, /mnt/c/) and its space-holding top folder, read
+#: whole after a URI (file:///C:/Program Files/..., <scheme>://file/C:/Program Files/...)
+_DRIVE_TOP = _seq(
+    _alt(
+        _seq(_ch("[a-z]"), _COLON, _ANY_SEP),
+        _seq(_opt(_seq(_alt(_lit("cygdrive"), _lit("mnt")), _PSEPS)), _ch("[a-z]"), _PSEPS),
+    ),
+    _SPACEY,
+    _look(_ANY_SEP),
+)
+#: what follows ``//file`` or a remote authority: a separator (or a drive's top folder)
+_FILE_TAIL = _alt(_seq(_PS, _opt(_PS), _DRIVE_TOP), _look(_PS))
+
+
+def _remote_start(schemes: _P) -> _P:
+    """``vscode-remote://ssh-remote+host/abs/path``: a file on the (remote) machine;
+    also ``cursor-remote://``, ``vscode-insiders-remote://``... and the URL form
+    ``vscode://vscode-remote/ssh-remote+host/abs/path``."""
+    return _seq(
+        _alt(
+            _seq(_alt(*[_lit(r) for r in REMOTE_SCHEMES]), _COLON, _PS, _PS),
+            _seq(schemes, _COLON, _PS, _PS, _lit(REMOTE_SCHEME), _PS),
+        ),
+        _lazy(_rep(_ch(r"[\w.+@%-]"), 1, 100)),
+        _FILE_TAIL,
+    )
+
+
 def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
     """Every start form, one named alternative per family (longest and most
     specific first: a configured root before the default roots)."""
+    any_sep, file_tail = _ANY_SEP, _FILE_TAIL
     roots = _alt(
+        # /cygdrive/c/Program Files/..., WSL /mnt/c/Program Files (x86)/...: before
+        # the plain /mnt root, which would end the start at the drive letter
+        _seq(_alt(_lit("cygdrive"), _lit("mnt")), _PSEPS, _ch("[a-z]"), _PSEPS, _SPACEY),
         *[_segments(r) for r in DEFAULT_ROOT_NAMES],
         # Cygwin /cygdrive/c/..., Git Bash / MSYS /c/Users/...
         _seq(_lit("cygdrive"), _PSEPS, _ch("[a-z]")),
-        _seq(_ch("[a-z]"), _PSEPS, _alt(*[_lit(w) for w in WIN_TOP_FOLDERS])),
+        _seq(_ch("[a-z]"), _PSEPS, _alt(*[_folder_name(w) for w in WIN_TOP_FOLDERS])),
     )
     user = _seq(_ch("[a-z_]"), _rep(_ch(r"[\w.-]"), 0, 31))
     unc_lead = _alt(_rep(_BS, 2, 8), _rep(_BS_ENC, 2, 2))
@@ -325,6 +439,7 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
         _WS,
         _seq(_lit("/"), _look(_ch("[^/]"))),
         *[_lit(e) for e in ("%2f", "%252f", *_HTML_SLASHES)],
+        _bare_ref("&#x2f", "&#47"),
     )
     schemes = _alt(*[_lit(s) for s in EDITOR_SCHEMES])
     alts = []
@@ -343,46 +458,48 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
                 _look(_alt(_PS, _seq(_WS, _ch(r'(?-i:[^nrtu"\\\\/\s])')))),
             ),
         ),
-        _group("uri", _seq(_PS, _PS, _lit("file"), _look(_PS))),
+        _group("uri", _seq(_PS, _PS, _lit("file"), file_tail)),
         _group("device", _device_start()),
         _group("unc", _seq(unc_lead, _rep(_ch(r"[\w.$-]"), 1, 63), _WS, share)),
-        _group("drive", _seq(_ch("[a-z]"), _COLON, drive_sep)),
-        # \\Users\\bob: no drive; an NT device path \\Device\\HarddiskVolume3\\...
+        _group("drive", _seq(_ch("[a-z]"), _COLON, drive_sep, _spacey_after(any_sep))),
+        # \\Users\\bob: no drive; NT namespace paths \\Device\\<name>\\..., \\SystemRoot\\...
         _group(
             "winroot",
             _seq(
                 _WS,
                 _alt(
                     _lit("users"),
-                    _seq(_lit("device"), _WS, _lit("harddiskvolume"), _rep(_ch("[0-9]"), 1, 3)),
+                    _lit("systemroot"),
+                    # any NT device: HarddiskVolume3, HarddiskVolumeShadowCopy1, Mup, CdRom0
+                    _seq(_lit("device"), _WS, _ch("[a-z]"), _rep(_ch("[a-z0-9_]"), 0, 39)),
                 ),
-                _look(_WS),
+                _look(any_sep),
             ),
         ),
-        _group("tilde", _seq(_lit("~"), _opt(user), _alt(_PS, _WS))),
-        # "$HOME"/x: the shell's quoted variable (the closing quote is given back)
-        _group("var", _seq(_var_start(), _opt(_lit('"')), _alt(_PS, _WS))),
-        _group("file", _seq(_lit("file"), _COLON, _PS)),
-        _group("deeplink", _seq(schemes, _COLON, _PS, _PS, _lit("file"), _look(_PS))),
-        # vscode-remote://ssh-remote+host/abs/path: a file on the (remote) machine
+        # ~/x, also HTML-encoded (&#126;/x, &#x7E;&#x2F;x; not &tilde;: that is U+02DC)
         _group(
-            "remote",
-            _seq(
-                _lit(REMOTE_SCHEME),
-                _COLON,
-                _PS,
-                _PS,
-                _lazy(_rep(_ch(r"[\w.+@%-]"), 1, 100)),
-                _look(_PS),
+            "tilde",
+            _seq(_alt(_lit("~"), _lit("&#126;"), _lit("&#x7e;")), _opt(user), _alt(_PS, _WS)),
+        ),
+        # "$HOME"/x: the shell's quoted variable (the closing quote is given back)
+        _group(
+            "var",
+            _alt(
+                _seq(_var_start(), _opt(_lit('"')), any_sep, _spacey_after(any_sep)),
+                _ANY_PCT_VAR,
             ),
         ),
+        # file:///C:/Program Files/...: the drive's top folder read whole
+        _group("file", _seq(_lit("file"), _COLON, _PS, _opt(_seq(_rep(_PS, 0, 3), _DRIVE_TOP)))),
+        _group("deeplink", _seq(schemes, _COLON, _PS, _PS, _lit("file"), file_tail)),
+        _group("remote", _remote_start(schemes)),
     ]
 
 
 #: a letters-only fragment is a prefix of a start iff it is one letter (a drive)
 #: or a prefix of one of these
 _LETTER_PREFIXES = frozenset(
-    w[:i] for w in ("file", REMOTE_SCHEME, *EDITOR_SCHEMES) for i in range(2, len(w) + 1)
+    w[:i] for w in ("file", *REMOTE_SCHEMES, *EDITOR_SCHEMES) for i in range(2, len(w) + 1)
 )
 #: characters a start may begin with: the triggers and (for C:, file:, vscode:) letters
 _FIRST_CHARS = "/~\\:%$&abcdefghijklmnopqrstuvwxyz"
@@ -428,8 +545,13 @@ _STOP_ESC = re.compile(rf"{_STOP_CLASS}|{_ESC_END}")
 _STOP_SHELL = re.compile(rf"(?<!(?<!\\)\\){_STOP_CLASS}|{_ESC_END}")
 #: percent-encoded paths: also the URL delimiters
 _STOP_PCT = re.compile(rf"{_STOP_CLASS}|[&#?=]|{_ESC_END}")
+#: an HTML separator reference (see :data:`_HTML_SLASHES`; also without its ``;``)
+_HTML_SEP_RE = (
+    r"&(?:amp;)?(?:#x2f;|#47;|sol;|#x5c;|#92;|bsol;)"
+    r"|&#x2f(?![0-9a-f;])|&#47(?![0-9;])|&#x5c(?![0-9a-f;])|&#92(?![0-9;])"
+)
 _SEPARATORS = re.compile(
-    r"(?:\\u00(?:2[fF]|5[cC])|%(?:25)?(?:2[fF]|5[cC])|[/\\]|(?i:&#x2f;|&#47;|&sol;|&#x5c;|&#92;|&bsol;))+"
+    r"(?:\\u00(?:2[fF]|5[cC])|%(?:25)?(?:2[fF]|5[cC])|[/\\]|(?i:" + _HTML_SEP_RE + "))+"
 )
 _DUP_SEP = re.compile(r"/(?:\.?/)+")
 _DUP_WIN_SEP = re.compile(r"\\(?:\.?\\)+")
@@ -440,6 +562,8 @@ _JSON_U = re.compile(r"\\u[0-9a-fA-F]{4}")
 #: would be control characters in a file name (in prose ``a\b.txt`` is a name)
 _JSON_ESCAPE = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/])')
 _TILDE_HEAD = re.compile(r"~[^/\\]*")
+#: ``~`` then a separator (a generic anchor, unlike ``~user/``)
+_TILDE_ALONE = re.compile(r"(?:~|&#126;|&#x7e;)[/\\%&]", re.IGNORECASE)
 _NON_SEPARATOR = re.compile(r"[^/\\.]")
 _EMPTY_BODY = re.compile(rf"(?:{_PS.full}|{_WS.full}|\.)*", re.IGNORECASE)
 _SECOND_START = re.compile(r"\s(?=[/~\\%$&]|[a-z][a-z-]*(?::|%3a))", re.IGNORECASE)
@@ -457,12 +581,19 @@ _JSON_CHARS = {
 }
 _LINE_COL = re.compile(r"(?::\d+){1,2}\Z")
 _ALIAS = re.compile(r"/(?:system/volumes/data|proc/(?:\d+|self|thread-self)/root)(?=/|\Z)", re.I)
-_VAR_HEAD = re.compile(r"%homedrive%%homepath%|\$\{(?:env:)?(\w+)\}|\$(?:env:)?(\w+)|%(\w+)%", re.I)
+_VAR_HEAD = re.compile(
+    r"%homedrive%%homepath%|\$\{(?:env:)?(\w+)(?::?[-=][^}]*)?\}|\$(?:env:)?(\w+)|%([\w()]+)%", re.I
+)
 #: a segment right below one of these (or ``run/user``) is a user name, also when the
 #: folder is longer (a path that ran into another one)
 _USER_PARENT_NAMES = frozenset({"users", "home", "media", "documents and settings"})
 _USER_PARENT_LENS = frozenset({4, 5, 22})
 _WIN_START = frozenset({"drive", "unc", "device", "winroot"})
+_SP = r"(?: |%(?:25)?20|\\ )"
+_SPACEY_TAIL = re.compile(
+    rf"(?:program{_SP}files(?:{_SP}(?:\(|%(?:25)?28)x86(?:\)|%(?:25)?29))?"
+    rf"|documents{_SP}and{_SP}settings)\Z"
+)
 _PCT1 = re.compile("%(?:2f|5c|3a|24)")
 _PCT2 = re.compile("%25(?:2f|5c|3a|24)")
 
@@ -506,13 +637,17 @@ def _spelling(win: bool, json: int, pct: int, html: bool = False) -> _Spelling:
 def _spelling_of(family: str, start: str) -> _Spelling:
     """Spelling from the start's text: its separators say how the path is encoded."""
     low = start.lower()
+    tail = _SPACEY_TAIL.search(low)
+    if tail is not None:  # %SystemDrive%\\Program Files: the separator before it counts
+        low = low[: tail.start()]
     pct = 2 if _PCT2.search(low) else 1 if _PCT1.search(low) else 0
     runs = [len(r) for r in re.findall(r"\\+", start.replace("\\u00", "u00"))]
     # a home, a variable or a POSIX root followed by a backslash: Windows separators
     # (/home\\bob\\x is a mixed spelling: there \\b is a separator, not an escape)
     win = family in _WIN_START or (
         family in ("tilde", "var", "posix", "cfg")
-        and (low.endswith(("\\", "%5c", "\\u005c", *_HTML_BACKSLASHES)) and "\\/" not in low)
+        and (low.endswith(("\\", "%5c", "\\u005c", "&#x5c", "&#92", *_HTML_BACKSLASHES)))
+        and "\\/" not in low
     )
     if "\\u00" in low:
         json = 1
@@ -588,17 +723,28 @@ def is_boundary(ch: str) -> bool:
     return True
 
 
-#: a command-line flag glued to its value: ``-I/usr/x``, ``-LC:\\x``, ``--include/x``
-#: (the ``-`` at the start, after whitespace, a quote, ``=``, ``,``, an opener)
-_FLAG_BEFORE = re.compile(r"(?:^|(?<=[\s\"'`(=,;\[{]))--?[A-Za-z]{1,16}\Z")
-#: an ANSI CSI sequence (colours: ``ESC[1;34m``), raw or escaped (``\\u001b``, ``\\x1b``,
-#: ``\\033``, ``\\e``; up to two JSON levels)
-_CSI_BEFORE = re.compile(r"(?:\x1b|\\{1,4}(?:u001[bB]|x1[bB]|033|e))\[[0-9;:?]{0,16}[A-Za-z]\Z")
+#: a command-line flag glued to its value: ``-I/usr/x``, ``-LC:\\x``, ``--include/x``;
+#: it counts where its ``-`` is at a boundary itself (whitespace, a quote, ``=``, an
+#: opener, an escape sequence, ``~~``...), never inside a word (``x-I/home``)
+_FLAG_BEFORE = re.compile(r"--?[A-Za-z]{1,16}\Z")
+#: ESC raw or escaped (``\\u001b``, ``\\x1b``, ``\\X1B``, ``\\033``; up to two JSON levels)
+_ESC_LEAD = r"(?:\x1b|\\{1,4}(?:u001[bB]|[xX]1[bB]|033))"
+#: a CSI lead: ESC ``[``, also ``\\e[`` ``\\E[`` (shells) and ``^[[`` (caret
+#: notation), the 8-bit CSI (``\x9b``, ``\\u009b``)
+_CSI_LEAD = rf"(?:{_ESC_LEAD}\[|\\{{1,4}}[eE]\[|\^\[\[|\x9b|\\{{1,4}}u009[bB])"
+#: an escape sequence ends a word: CSI (``ESC[1;34m``: params, intermediates, a final
+#: byte) or ESC + intermediates + a final byte (``ESC(B`` of ``tput sgr0``, ``ESC7``)
+_ESC_BEFORE = re.compile(
+    rf"(?:{_CSI_LEAD}[0-?]{{0,16}}[ -/]{{0,2}}[@-~]|{_ESC_LEAD}[ -/]{{0,2}}[0-~])\Z"
+)
+#: a character every escape sequence spelling holds (cheap test before the regex)
+_ESC_MARK = re.compile(r"[\x1b\x9b\\^]")
 
 
-def _boundary_at(buf: str, k: int) -> bool:
+def _boundary_at(buf: str, k: int, flags: bool = True) -> bool:
     """May a path start at ``buf[k]``? Also after a JSON ``\\n`` or a ``%XX`` escape,
-    a glued command-line flag (``-I``), an ANSI colour code, markdown ``~~``."""
+    an escape sequence (ANSI colours), markdown ``~~``, a glued command-line flag
+    (``-I``) whose ``-`` is at a boundary (``flags``: not for that ``-`` itself)."""
     if k == 0:
         return True
     ch = buf[k - 1]
@@ -615,13 +761,18 @@ def _boundary_at(buf: str, k: int) -> bool:
         and (buf[k - 3] == "%" or (k >= 5 and buf[k - 5 : k - 2] == "%25"))
     ):
         return True
-    if not ("a" <= ch <= "z" or "A" <= ch <= "Z"):
+    if ch >= "\x80":
         return False
-    lo = max(0, k - 20)
-    if buf.find("-", lo, k) >= 0 and _FLAG_BEFORE.search(buf, lo, k) is not None:
-        return True
     lo = max(0, k - 28)
-    return buf.find("[", lo, k) >= 0 and _CSI_BEFORE.search(buf, lo, k) is not None
+    if _ESC_MARK.search(buf, lo, k) is not None and _ESC_BEFORE.search(buf, lo, k) is not None:
+        return True
+    if not flags or not ("a" <= ch <= "z" or "A" <= ch <= "Z"):
+        return False
+    lo = max(0, k - 18)
+    if buf.find("-", lo, k) < 0:
+        return False
+    m = _FLAG_BEFORE.search(buf, lo, k)
+    return m is not None and _boundary_at(buf, m.start(), False)
 
 
 # --- normal form and names -------------------------------------------------------
@@ -689,6 +840,8 @@ def _normal_remote(s: str) -> str:
     """``vscode-remote://ssh-remote+host/home/x`` -> ``/home/x``."""
     s = unquote(s)
     rest = s[s.find("//") + 2 :]
+    if rest[:14].lower() == REMOTE_SCHEME + "/":  # vscode://vscode-remote/<authority>/...
+        rest = rest[14:]
     return _canon_posix(rest[rest.find("/") :])
 
 
@@ -749,9 +902,21 @@ def _trim_end(raw: str, before: str) -> str:
     return raw
 
 
-_HTML_SEP = re.compile(r"&(?:#x2f|#47|sol|#x5c|#92|bsol);", re.IGNORECASE)
+def _opener_before(buf: str, start: int) -> str:
+    """The character before the path, or before the flag glued to it (``~~-L/x~~``)."""
+    if not start:
+        return ""
+    ch = buf[start - 1]
+    if "a" <= ch <= "z" or "A" <= ch <= "Z":
+        m = _FLAG_BEFORE.search(buf, max(0, start - 18), start)
+        if m is not None and m.start():
+            return buf[m.start() - 1]
+    return ch
+
+
+_HTML_SEP = re.compile(_HTML_SEP_RE, re.IGNORECASE)
 #: a separator still encoded in a name (a spelling that changed inside the path)
-_ENCODED_SEP = re.compile(r"%(?:25)*(?:2f|5c)|&(?:#x2f|#47|sol|#x5c|#92|bsol);", re.IGNORECASE)
+_ENCODED_SEP = re.compile(r"%(?:25)*(?:2f|5c)|" + _HTML_SEP_RE, re.IGNORECASE)
 
 
 def _after_encoded_separator(name: str) -> str:
@@ -761,7 +926,7 @@ def _after_encoded_separator(name: str) -> str:
     return parts[-1] if parts else name
 
 
-_ENTITY_CUT = re.compile(r"&(?:#x2f|#47|sol|#x5c|#92|bsol)\Z", re.IGNORECASE)
+_ENTITY_CUT = re.compile(r"&(?:amp;)?(?:#x2f|#47|sol|#x5c|#92|bsol)\Z", re.IGNORECASE)
 
 
 def _entity_end(buf: str, start: int, raw: str) -> str:
@@ -1049,9 +1214,12 @@ class PathDetector:
             return None
         m = start.match(buf, s)
         n = len(buf)
+        # a buffer ending inside a start is held even when a shorter start matched:
+        # C:\\Program Fi may still become C:\\Program Files\\ (one segment), and
+        # deciding on the shorter one would depend on where the chunk ended
+        if not final and n - s <= self.max_start_chars and prefixes[buf[s]].fullmatch(buf, s):
+            return NeedMore(s - 1 if s > lo and buf[s - 1] == "`" else s)
         if m is None or (not final and m.end() == n):
-            if not final and n - s <= self.max_start_chars and prefixes[buf[s]].fullmatch(buf, s):
-                return NeedMore(s - 1 if s > lo and buf[s - 1] == "`" else s)
             return None
         family = m.lastgroup or ""
         st = m.group()
@@ -1199,8 +1367,9 @@ class PathDetector:
         if m is not None and m.group() not in _BRACKETS and m.start() <= limit:
             # fast path: no bracket inside, the first stop ends the path
             raw = buf[start : m.start()].rstrip(_TRAILING_PUNCT)
-            if start and buf[start - 1] in "_~":
-                raw = _trim_end(raw, buf[start - 1])
+            before = _opener_before(buf, start)
+            if before in ("_", "~"):
+                raw = _trim_end(raw, before)
             if sp.html:
                 raw = _entity_end(buf, start, raw)
             return self._finish(raw, start, body, family, sp, Context.PROSE)
@@ -1229,7 +1398,7 @@ class PathDetector:
             if done is None:
                 return Overlong(start, stop)
             return Found(start, n - len(done[0]), done[1])
-        raw = _trim_end(buf[start:end], buf[start - 1] if start else "")
+        raw = _trim_end(buf[start:end], _opener_before(buf, start))
         if sp.html:
             raw = _entity_end(buf, start, raw)
         return self._finish(raw, start, body, family, sp, Context.PROSE)
@@ -1246,7 +1415,7 @@ class PathDetector:
             if again is None or again.end() > len(raw):
                 return None
             b = again.end()
-        if family != "cfg" and (family != "tilde" or raw[1] in "/\\%"):
+        if family != "cfg" and (family != "tilde" or _TILDE_ALONE.match(raw) is not None):
             # a generic anchor (/tmp/, ~/, C:\\) needs a name after it, not a space
             rest = raw[b:]
             lead = _EMPTY_BODY.match(rest) if "%" in rest or "\\u" in rest or "&" in rest else None
@@ -1273,6 +1442,8 @@ class PathDetector:
             path = _canon_posix(raw)
             return self._configured(path) if self._cfg_lower else path
         s = html.unescape(raw) if sp.html else raw
+        if sp.html and "&" in s:  # &amp;#x2F; (escaped twice)
+            s = html.unescape(s)
         for _ in range(sp.pct):
             s = unquote(s)
         for _ in range(json):

@@ -211,12 +211,17 @@ def _posix(draw: st.DrawFn) -> _Raw:
             "media",
             "run/user/1000",
             "cygdrive/c/Users",  # Cygwin
+            "cygdrive/c/Program Files (x86)",  # a space-holding top folder
+            "mnt/d/Program Files",  # WSL
+            "c/Documents and Settings",
             "c/Users",  # Git Bash, MSYS
             "d/Windows",
         ],
     )
     head = "/" + "/".join(_case(draw, seg) for seg in root.split("/"))
     alias = _pick(draw, ["", "", "", "/System/Volumes/Data", "/proc/4242/root", "/proc/self/root"])
+    if " " in root:  # a Windows drive path: never behind a macOS or /proc alias
+        alias = ""
     folders, secrets = _folders(draw)
     leaf, name = _leaf(draw, folders)
     if root in ("Users", "home", "media") and _int(draw, 5) == 0:
@@ -279,6 +284,12 @@ def _var(draw: st.DrawFn) -> _Raw:
             ("${env:USERPROFILE}", True),
             ("%ProgramData%", True),
             ("%WINDIR%", True),
+            ("%SystemDrive%\\Program Files", True),
+            ("%ProgramFiles(x86)%", True),
+            ("%CommonProgramFiles%", True),
+            ("%OneDriveCommercial%", True),
+            ("%MyToolHome%", True),  # any %NAME% then a backslash
+            ("${HOME:-/root}", False),  # a shell default
             ("$HOME", True),
         ],
     )
@@ -290,7 +301,11 @@ def _var(draw: st.DrawFn) -> _Raw:
 @st.composite
 def _windows(draw: st.DrawFn) -> _Raw:
     form = _pick(
-        draw, ["drive", "drive", "users", "rootrel", "unc", "device", "device_unc", "ntdevice"]
+        draw,
+        [
+            *("drive", "drive", "users", "rootrel", "unc", "device", "device_unc", "ntdevice"),
+            *("progfiles", "progfiles", "ntname", "systemroot"),
+        ],
     )
     folders, secrets = _folders(draw)
     leaf, name = _leaf(draw, folders)
@@ -305,6 +320,14 @@ def _windows(draw: st.DrawFn) -> _Raw:
         head = drive
     elif form == "ntdevice":  # \Device\HarddiskVolume3\...
         head = "\\" + _case(draw, "Device") + "\\" + _case(draw, "HarddiskVolume3")
+    elif form == "ntname":  # any NT device name
+        dev = _pick(draw, ["HarddiskVolumeShadowCopy1", "Mup", "CdRom0", "LanmanRedirector"])
+        head = "\\" + _case(draw, "Device") + "\\" + dev
+    elif form == "systemroot":
+        head = "\\" + _case(draw, "SystemRoot")
+    elif form == "progfiles":  # C:\Program Files\..., also behind a device prefix
+        top = _pick(draw, ["Program Files", "Program Files (x86)", "Documents and Settings"])
+        head = _pick(draw, ["", "\\\\?\\"]) + drive + "\\" + _case(draw, top)
     elif form == "unc":
         server = _secret(draw)
         head, secrets = "\\\\" + server, [server, *secrets]
@@ -313,7 +336,7 @@ def _windows(draw: st.DrawFn) -> _Raw:
     else:
         server = _secret(draw)
         head, secrets = "\\\\?\\UNC\\" + server, [server, *secrets]
-    sep_fwd = form in ("drive", "users") and _int(draw, 3) == 0
+    sep_fwd = form in ("drive", "users", "progfiles") and _int(draw, 3) == 0
     return _Raw(head, folders, leaf, tuple(secrets), name, not sep_fwd, "win")
 
 
@@ -380,7 +403,17 @@ def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
         else:
             text = _pick(draw, ["file://", "file:", "file://localhost", "FILE://"]) + quote(text)
     elif raw.kind == "remote":
-        text = f"vscode-remote://{_pick(draw, ['ssh-remote+', 'wsl+', ''])}{raw.host}{text}"
+        scheme = _pick(
+            draw,
+            [
+                "vscode-remote://",
+                "cursor-remote://",
+                "vscode-insiders-remote://",
+                "vscode://vscode-remote/",
+                "vscode-insiders://vscode-remote/",
+            ],
+        )
+        text = f"{scheme}{_pick(draw, ['ssh-remote+', 'wsl+', ''])}{raw.host}{text}"
     elif raw.kind == "deeplink":
         scheme = _pick(draw, ["vscode", "vscode-insiders", "cursor", "windsurf", "myeditor"])
         line = _pick(draw, ["", ":12", ":3:7"])
@@ -400,7 +433,8 @@ def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
         text = _json1(_json1(text, _pick(draw, _BOOLS), False), False, False)
     elif spelling == "html" and raw.kind in ("posix", "var", "win"):
         # HTML character references as separators (a markdown renderer shows / and \\)
-        refs = ["&#x5C;", "&#92;", "&bsol;"] if raw.win else ["&#x2F;", "&#47;", "&sol;"]
+        refs = ["&#x5C;", "&#92;", "&bsol;", "&amp;#x5C;"]
+        refs = refs if raw.win else ["&#x2F;", "&#47;", "&sol;", "&amp;#x2F;"]
         text = text.replace(sep, _pick(draw, refs))
     elif spelling == "mixed" and raw.kind == "posix" and not raw.win and "/" not in raw.head[1:]:
         # /home\\bob\\x.txt: a POSIX root, then Windows separators
@@ -486,6 +520,11 @@ CONTEXTS: tuple[tuple[str, str], ...] = (
     (" -I", " -o out"),  # a flag glued to its value
     (" --include", " "),
     ("\x1b[1;34m", "\x1b[0m "),  # ANSI colour code
+    ("\x1b[01m\x1b[K-I", "\x1b[m\x1b[K "),  # a flag after a colour code (gcc)
+    ("~~-L", "~~ "),  # a flag after ~~
+    ("\x1b(B\x1b[m", " "),  # tput sgr0
+    ("\x9b1;34m", "\x9b0m "),  # 8-bit CSI
+    ("\\E[1m", " "),  # a textual escape
     ("~~", "~~ "),  # markdown strikethrough
 )
 

@@ -112,9 +112,9 @@ c(
 )
 c(
     "C:" + B + "Program Files" + B + "App" + B + "a.exe",
-    "Program Files" + B + "App" + B + "a.exe",
-    ["C:" + B + "Program"],
-    "prose: space ends it",
+    "a.exe",
+    ["C:" + B + "Program Files" + B + "App" + B + "a.exe"],
+    "a space-holding Windows top folder is one segment (was: the space ended it)",
 )
 c(
     '"C:' + B + "Program Files" + B + "App" + B + 'a.exe"',
@@ -686,6 +686,321 @@ c(
     "//cdn.example.com/x.js //host/share/y",
     [],
     "protocol-relative URLs: out of scope",
+)
+# --- a space-holding Windows top folder is one segment after every drive form
+c(
+    "Installed to C:" + B + "Program Files" + B + "App" + B + "bin" + B + "x.exe ok",
+    "Installed to x.exe ok",
+    ["C:" + B + "Program Files" + B + "App" + B + "bin" + B + "x.exe"],
+    "the path does not end at the space of Program Files (the rest leaked)",
+)
+c(
+    "C:/Program Files/App/a.ini, C:" + B + "Program Files (x86)" + B + "App" + B + "b.dll",
+    "a.ini, b.dll",
+    [
+        "C:" + B + "Program Files" + B + "App" + B + "a.ini",
+        "C:" + B + "Program Files (x86)" + B + "App" + B + "b.dll",
+    ],
+)
+c(
+    "C:"
+    + B
+    + "Documents and Settings"
+    + B
+    + "bob"
+    + B
+    + "c.txt and C:"
+    + B
+    + "Documents and Settings"
+    + B
+    + "bob",
+    "c.txt and ~",
+    [
+        "C:" + B + "Documents and Settings" + B + "bob" + B + "c.txt",
+        "C:" + B + "Documents and Settings" + B + "bob",
+    ],
+)
+c(
+    "/cygdrive/c/Program Files (x86)/App/x.txt /cygdrive/d/Documents and Settings/bob/y.txt",
+    "x.txt y.txt",
+    ["/cygdrive/c/Program Files (x86)/App/x.txt", "/cygdrive/d/Documents and Settings/bob/y.txt"],
+)
+c("/mnt/c/Program Files/App/w.txt", "w.txt", ["/mnt/c/Program Files/App/w.txt"], "WSL")
+c(
+    B + B + "?" + B + "C:" + B + "Program Files" + B + "App" + B + "d.txt",
+    "d.txt",
+    ["C:" + B + "Program Files" + B + "App" + B + "d.txt"],
+)
+c(
+    "file:///C:/Program Files/App/e.txt",
+    "e.txt",
+    ["C:" + B + "Program Files" + B + "App" + B + "e.txt"],
+)
+c(
+    "%SystemDrive%" + B + "Program Files" + B + "App" + B + "f.txt",
+    "f.txt",
+    ["%SystemDrive%" + B + "Program Files" + B + "App" + B + "f.txt"],
+)
+c(
+    "C:" + B + "Program Files is big; C:" + B + "Programs Files" + B + "x",
+    "Program Files is big; Programs Files" + B + "x",
+    ["C:" + B + "Program", "C:" + B + "Programs"],
+    "the folder alone or misspelt: the path ends at the space as before",
+)
+c(
+    "C%3A%5CProgram%20Files%20%28x86%29%5CApp%5Ca.txt /c/Program" + B + " Files/App/b.txt "
+    "vscode://file/C:/Program Files/App/c.txt:3",
+    "a.txt b.txt c.txt",
+    [
+        "C:" + B + "Program Files (x86)" + B + "App" + B + "a.txt",
+        "/c/Program Files/App/b.txt",
+        "C:" + B + "Program Files" + B + "App" + B + "c.txt",
+    ],
+    "the folder's space percent-encoded or shell-escaped; an editor deep link",
+)
+c(
+    "vscode-remote://ssh-remote+h/c/Documents and Settings/bob/d.txt",
+    "d.txt",
+    ["/c/Documents and Settings/bob/d.txt"],
+)
+# --- more Windows variables, any %NAME%\\ and shell defaults
+c(
+    "%SystemDrive%" + B + "App" + B + "a.txt %ProgramFiles(x86)%" + B + "App" + B + "b.txt",
+    "a.txt b.txt",
+    ["%SystemDrive%" + B + "App" + B + "a.txt", "%ProgramFiles(x86)%" + B + "App" + B + "b.txt"],
+)
+c(
+    "%CommonProgramFiles(x86)%" + B + "c.dll %ProgramW6432%" + B + "App" + B + "d.exe "
+    "%OneDriveConsumer%" + B + "Docs" + B + "e.txt",
+    "c.dll d.exe e.txt",
+    [
+        "%CommonProgramFiles(x86)%" + B + "c.dll",
+        "%ProgramW6432%" + B + "App" + B + "d.exe",
+        "%OneDriveConsumer%" + B + "Docs" + B + "e.txt",
+    ],
+)
+c(
+    "%MyAppHome%" + B + "secret" + B + "f.txt",
+    "f.txt",
+    ["%MyAppHome%" + B + "secret" + B + "f.txt"],
+    "any %NAME% then a backslash is a Windows folder variable",
+)
+c(
+    "100%" + B + " done, 50%" + B + "x, %s%" + B + "n, %ab%" + B + "x, %FOO%" + B + "nope",
+    "100%" + B + " done, 50%" + B + "x, %s%" + B + "n, %ab%" + B + "x, %FOO%" + B + "nope",
+    [],
+    "no variable: a digit, under three letters, or a JSON escape after it",
+)
+c(
+    "${HOME:-/root}/proj/g.txt ${HOME:-x}/h.txt",
+    "g.txt h.txt",
+    ["~/proj/g.txt", "~/h.txt"],
+    "a shell default inside the braces",
+)
+c("${HOME:-/root} alone", "${HOME:-/root} alone", [], "a variable alone")
+# --- a flag after any boundary; every escape sequence ends a word
+c(
+    "\x1b[01m\x1b[K-I/home/bob/inc\x1b[m\x1b[K and \x1b[0m-L/srv/x/lib",
+    "\x1b[01m\x1b[K-Iinc\x1b[m\x1b[K and \x1b[0m-Llib",
+    ["/home/bob/inc", "/srv/x/lib"],
+    "gcc's coloured output: a flag right after a colour code",
+)
+c("~~-L/home/bob/lib~~", "~~-Llib~~", ["/home/bob/lib"], "a flag after ~~")
+c(
+    B + "n-I/home/bob/a.h %20-L/tmp/q/b",
+    B + "n-Ia.h %20-Lb",
+    ["/home/bob/a.h", "/tmp/q/b"],
+    "a flag after a JSON or a percent escape",
+)
+c(
+    "\x1b[1m-IC:" + B + "Users" + B + "bob" + B + "inc",
+    "\x1b[1m-Iinc",
+    ["C:" + B + "Users" + B + "bob" + B + "inc"],
+)
+c(
+    "x\x1b[0mx-I/home/bob/a and ~~x-L/home/bob/b",
+    "x\x1b[0mx-I/home/bob/a and ~~x-L/home/bob/b",
+    [],
+    "a '-' inside a word is still no flag",
+)
+c(
+    "\x1b(B\x1b[m/home/bob/a.txt \x1b7/tmp/q/b.txt\x1b8 \x1b(BC:"
+    + B
+    + "Users"
+    + B
+    + "bob"
+    + B
+    + "c.txt",
+    "\x1b(B\x1b[ma.txt \x1b7b.txt\x1b8 \x1b(Bc.txt",
+    ["/home/bob/a.txt", "/tmp/q/b.txt", "C:" + B + "Users" + B + "bob" + B + "c.txt"],
+    "charset (tput sgr0) and cursor save/restore escapes",
+)
+c(
+    "\x9b1;34m/tmp/q/a.txt " + B + "X1B[1m/tmp/q/b.txt " + B + "E[1m/tmp/q/c.txt ^[[1m/tmp/q/d.txt",
+    "\x9b1;34ma.txt " + B + "X1B[1mb.txt " + B + "E[1mc.txt ^[[1md.txt",
+    ["/tmp/q/a.txt", "/tmp/q/b.txt", "/tmp/q/c.txt", "/tmp/q/d.txt"],
+    "8-bit CSI; textual ESC spellings (\\X1B, \\E, caret notation)",
+)
+c(
+    B + "ev/tmp/q/a e7/tmp/q/b ^[a/tmp/q/c 1;34m/tmp/q/d",
+    B + "ev/tmp/q/a e7/tmp/q/b ^[a/tmp/q/c 1;34m/tmp/q/d",
+    [],
+    "no ESC (\\e only before [): words",
+)
+# --- every editor's remote URIs, and VS Code's URL form of them
+c(
+    "open vscode://vscode-remote/ssh-remote+host/home/bob/proj/x.txt now",
+    "open x.txt now",
+    ["/home/bob/proj/x.txt"],
+    "VS Code's URL form of a remote file",
+)
+c(
+    "vscode://vscode-remote/wsl+Ubuntu/home/bob/a.py "
+    "vscode-insiders://vscode-remote/ssh-remote+h/srv/app/b.py",
+    "a.py b.py",
+    ["/home/bob/a.py", "/srv/app/b.py"],
+)
+c(
+    "vscode-insiders-remote://ssh-remote+h/home/bob/c.py cursor-remote://wsl+U/tmp/q/d.py",
+    "c.py d.py",
+    ["/home/bob/c.py", "/tmp/q/d.py"],
+)
+c(
+    "vscode://vscode-remote/host cursor-remote://host xvscode://vscode-remote/h/home/bob/e",
+    "vscode://vscode-remote/host cursor-remote://host xvscode://vscode-remote/h/home/bob/e",
+    [],
+    "no path after the authority; a scheme glued to a word",
+)
+# --- the NT namespace: any \\Device\\<name>, \\SystemRoot
+c(
+    B
+    + "Device"
+    + B
+    + "HarddiskVolumeShadowCopy1"
+    + B
+    + "Users"
+    + B
+    + "bob"
+    + B
+    + "a.txt "
+    + B
+    + "Device"
+    + B
+    + "Mup"
+    + B
+    + "srv"
+    + B
+    + "share"
+    + B
+    + "b.txt",
+    "a.txt b.txt",
+    [
+        B + "Device" + B + "HarddiskVolumeShadowCopy1" + B + "Users" + B + "bob" + B + "a.txt",
+        B + "Device" + B + "Mup" + B + "srv" + B + "share" + B + "b.txt",
+    ],
+    "any NT device name",
+)
+c(
+    B
+    + "Device"
+    + B
+    + "CdRom0"
+    + B
+    + "setup"
+    + B
+    + "c.exe "
+    + B
+    + "Device"
+    + B
+    + "LanmanRedirector"
+    + B
+    + "srv"
+    + B
+    + "d.txt",
+    "c.exe d.txt",
+    [
+        B + "Device" + B + "CdRom0" + B + "setup" + B + "c.exe",
+        B + "Device" + B + "LanmanRedirector" + B + "srv" + B + "d.txt",
+    ],
+)
+c(
+    B
+    + "SystemRoot"
+    + B
+    + "System32"
+    + B
+    + "e.dll "
+    + B
+    + "Device"
+    + B
+    + "HarddiskVolume3/Users/bob/f.txt",
+    "e.dll f.txt",
+    [
+        B + "SystemRoot" + B + "System32" + B + "e.dll",
+        B + "Device" + B + "HarddiskVolume3" + B + "Users" + B + "bob" + B + "f.txt",
+    ],
+    "\\SystemRoot; forward slashes after the device",
+)
+c(
+    B
+    + "Devices"
+    + B
+    + "x "
+    + B
+    + "Device alone "
+    + B
+    + "SystemRootX"
+    + B
+    + "y "
+    + B
+    + "Device"
+    + B
+    + "9x"
+    + B
+    + "z",
+    B
+    + "Devices"
+    + B
+    + "x "
+    + B
+    + "Device alone "
+    + B
+    + "SystemRootX"
+    + B
+    + "y "
+    + B
+    + "Device"
+    + B
+    + "9x"
+    + B
+    + "z",
+    [],
+    "not the NT namespace",
+)
+# --- HTML near-variants: escaped twice, no semicolon, an encoded tilde
+c(
+    "&amp;#x2F;home&amp;#x2F;bob&amp;#x2F;a.txt C:&amp;#x5C;Users&amp;#x5C;bob&amp;#x5C;b.txt",
+    "a.txt b.txt",
+    ["/home/bob/a.txt", "C:" + B + "Users" + B + "bob" + B + "b.txt"],
+    "HTML-escaped twice (a renderer shows &#x2F;)",
+)
+c(
+    "&#x2Fhome&#x2FSam&#x2Fx.txt &#47tmp&#47q&#47d.txt",
+    "x.txt d.txt",
+    ["/home/Sam/x.txt", "/tmp/q/d.txt"],
+    "a numeric reference without its ; (HTML5 reads it) where no digit follows",
+)
+c(
+    "&#126;/proj/e.txt &#x7E;&#x2F;proj&#x2F;f.txt &#126;bob/g.txt",
+    "e.txt f.txt g.txt",
+    ["~/proj/e.txt", "~/proj/f.txt", "~bob/g.txt"],
+    "an HTML-encoded tilde",
+)
+c(
+    "&#x2Fetc&#x2Fx &#4712 x &#47 y &#126;/ &tilde;/proj/h.txt a &amp;#x2F;tmp&amp;#x2F; b",
+    "&#x2Fetc&#x2Fx &#4712 x &#47 y &#126;/ &tilde;/proj/h.txt a &amp;#x2F;tmp&amp;#x2F; b",
+    [],
+    "a hex digit after a bare reference makes another character; &tilde; is U+02DC; anchors alone",
 )
 # --- long
 LONG = "/tmp/" + "d/" * 2500 + "final.txt"
