@@ -860,7 +860,11 @@ def _normal_device(s: str) -> str:
 
 def _normal_var(s: str, win: bool) -> str:
     m = _VAR_HEAD.match(s)
-    assert m is not None
+    if m is None:  # the variable's own braces percent-encoded: ``$%7BHOME%7D/x``
+        s = unquote(s)
+        m = _VAR_HEAD.match(s)
+    if m is None:  # a head the start took but this does not read: as written
+        return _canon_rest(s, win)
     name = (m.group(1) or m.group(2) or m.group(3) or "homepath").lower()
     head = "~" if name in HOME_VARS else "C:" if name == "homedrive" else m.group()
     rest = s[m.end() :]
@@ -1460,7 +1464,8 @@ class PathDetector:
             return self._configured(_normal_device(s))
         if family == "tilde":
             head = _TILDE_HEAD.match(s)
-            assert head is not None
+            if head is None:  # a spelling of the start this does not read: as written
+                return _canon_rest(s, sp.win)
             return head.group() + _canon_rest(s[head.end() :], sp.win)
         if family == "var":
             return _normal_var(s, sp.win)

@@ -481,3 +481,25 @@ def test_json_text_channels_keep_markdown_escapes_valid() -> None:
 def test_a_lone_surrogate_in_a_percent_encoded_name_is_replaced() -> None:
     out = rewrite("see %2FUsers%2Fzqsecretbb02%2Fre\ud800port.pdf ok")
     assert out == "see re%3Fport.pdf ok"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "$%7BHOME%7D/zqsecretaa01/b.txt",
+        "$%7BHOME}/zqsecretaa01/b.txt",
+        "${HOME%7D/zqsecretaa01/b.txt",
+        "$%7BTMPDIR%7D/zqsecretaa01/b.txt",
+        "$%7BHOME:-/root%7D/zqsecretaa01/b.txt",
+        "$%7Benv:USERPROFILE%7D\\zqsecretaa01\\b.txt",
+        "see $%7BHOME%7D/zqsecretaa01/b.txt now",
+    ],
+)
+def test_a_variable_with_its_braces_percent_encoded_is_a_path(text: str) -> None:
+    """The start took it, the normal form did not read it: an AssertionError ended the
+    stream (red team). Now its name, whole and at every split point."""
+    whole = rewrite(text)
+    assert "zqsecret" not in whole and "b.txt" in whole
+    for i in range(len(text) + 1):
+        rw = StreamRewriter()
+        assert rw.feed(text[:i]) + rw.feed(text[i:]) + rw.flush() == whole
