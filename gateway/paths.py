@@ -420,6 +420,15 @@ def _remote_start(schemes: _P) -> _P:
     )
 
 
+def _file_start() -> _P:
+    """``file:`` + separator; before a drive (``file:///C:/``, also with the local host
+    named: ``file://localhost/C:/``) its space-holding top folder is read whole."""
+    host = _opt(_seq(_lit("localhost"), _PS))
+    return _group(
+        "file", _seq(_lit("file"), _COLON, _PS, _opt(_seq(_rep(_PS, 0, 3), host, _DRIVE_TOP)))
+    )
+
+
 def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
     """Every start form, one named alternative per family (longest and most
     specific first: a configured root before the default roots)."""
@@ -490,7 +499,7 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
             ),
         ),
         # file:///C:/Program Files/...: the drive's top folder read whole
-        _group("file", _seq(_lit("file"), _COLON, _PS, _opt(_seq(_rep(_PS, 0, 3), _DRIVE_TOP)))),
+        _file_start(),
         _group("deeplink", _seq(schemes, _COLON, _PS, _PS, _lit("file"), file_tail)),
         _group("remote", _remote_start(schemes)),
     ]

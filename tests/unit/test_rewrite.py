@@ -493,11 +493,16 @@ def test_a_lone_surrogate_in_a_percent_encoded_name_is_replaced() -> None:
         "$%7BHOME:-/root%7D/zqsecretaa01/b.txt",
         "$%7Benv:USERPROFILE%7D\\zqsecretaa01\\b.txt",
         "see $%7BHOME%7D/zqsecretaa01/b.txt now",
+        # file://localhost/ before a drive and its space-holding top folder
+        "file://localhost/C:/Program Files/zqsecretaa01/b.txt",
+        "open file://LOCALHOST/C:/Documents and Settings/zqsecretaa01/b.txt ok",
     ],
 )
-def test_a_variable_with_its_braces_percent_encoded_is_a_path(text: str) -> None:
-    """The start took it, the normal form did not read it: an AssertionError ended the
-    stream (red team). Now its name, whole and at every split point."""
+def test_spellings_the_last_red_team_pass_found(text: str) -> None:
+    """A variable with its braces percent-encoded: the start took it, the normal form
+    did not read it, and an AssertionError ended the stream. ``file://localhost/``
+    before a drive: the path ended at the space of Program Files. Now the name, whole
+    and at every split point."""
     whole = rewrite(text)
     assert "zqsecret" not in whole and "b.txt" in whole
     for i in range(len(text) + 1):
