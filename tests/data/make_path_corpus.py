@@ -941,42 +941,9 @@ c(
     ],
     "\\SystemRoot; forward slashes after the device",
 )
-c(
-    B
-    + "Devices"
-    + B
-    + "x "
-    + B
-    + "Device alone "
-    + B
-    + "SystemRootX"
-    + B
-    + "y "
-    + B
-    + "Device"
-    + B
-    + "9x"
-    + B
-    + "z",
-    B
-    + "Devices"
-    + B
-    + "x "
-    + B
-    + "Device alone "
-    + B
-    + "SystemRootX"
-    + B
-    + "y "
-    + B
-    + "Device"
-    + B
-    + "9x"
-    + B
-    + "z",
-    [],
-    "not the NT namespace",
-)
+NOT_NT = B + "Devices" + B + "x " + B + "Device alone " + B + "SystemRootX" + B + "y "
+NOT_NT += B + "Device" + B + "9x" + B + "z"
+c(NOT_NT, NOT_NT, [], "not the NT namespace")
 # --- HTML near-variants: escaped twice, no semicolon, an encoded tilde
 c(
     "&amp;#x2F;home&amp;#x2F;bob&amp;#x2F;a.txt C:&amp;#x5C;Users&amp;#x5C;bob&amp;#x5C;b.txt",
