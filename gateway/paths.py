@@ -71,6 +71,7 @@ from __future__ import annotations
 import functools
 import html
 import re
+import sys
 from collections.abc import Iterable
 from enum import Enum
 from typing import NamedTuple
@@ -530,6 +531,54 @@ def _by_first_char(
             for c in {ch, ch.upper()}:
                 start[c], prefix[c] = full, pre
     return start, prefix
+
+
+class _Either:
+    """Two start regexes tried in order at one position: what their alternation would
+    match (each alternative is self-contained), compiled apart so that the large
+    root-independent part is compiled once per process, not once per configuration."""
+
+    __slots__ = ("first", "second")
+
+    def __init__(self, first: re.Pattern[str], second: re.Pattern[str]) -> None:
+        self.first, self.second = first, second
+
+    def match(self, s: str, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[str] | None:
+        return self.first.match(s, pos, endpos) or self.second.match(s, pos, endpos)
+
+    def fullmatch(self, s: str, pos: int = 0, endpos: int = sys.maxsize) -> re.Match[str] | None:
+        return self.first.fullmatch(s, pos, endpos) or self.second.fullmatch(s, pos, endpos)
+
+
+_Matcher = re.Pattern[str] | _Either
+
+
+@functools.lru_cache(maxsize=1)
+def _default_patterns() -> tuple[list[_P], dict[str, re.Pattern[str]], dict[str, re.Pattern[str]]]:
+    alts = _start_grammar(())
+    return (alts, *_by_first_char(alts))
+
+
+def _start_patterns(
+    cfg_roots: tuple[str, ...],
+) -> tuple[list[_P], dict[str, _Matcher], dict[str, _Matcher]]:
+    """The start grammar's alternatives and its START/PREFIX matchers per first
+    character: the configured roots' own patterns tried before the default ones."""
+    alts, start, prefix = _default_patterns()
+    if not cfg_roots:
+        return alts, dict(start), dict(prefix)
+    cfg = _cfg_start(cfg_roots)
+    cfg_start, cfg_prefix = _by_first_char([cfg])
+
+    def merged(
+        mine: dict[str, re.Pattern[str]], rest: dict[str, re.Pattern[str]]
+    ) -> dict[str, _Matcher]:
+        out: dict[str, _Matcher] = dict(rest)
+        for c, pattern in mine.items():
+            out[c] = _Either(pattern, rest[c]) if c in rest else pattern
+        return out
+
+    return [cfg, *alts], merged(cfg_start, start), merged(cfg_prefix, prefix)
 
 
 # --- spelling: how a path is written, where it ends ------------------------------
@@ -1157,8 +1206,7 @@ class PathDetector:
         posix = sorted(set(posix), key=len, reverse=True)
         self._posix_roots = tuple(posix)
         self._win_roots = tuple(sorted(set(win), key=len, reverse=True))
-        alts = _start_grammar(self._posix_roots)
-        self._start, self._prefix = _by_first_char(alts)
+        alts, self._start, self._prefix = _start_patterns(self._posix_roots)
         # a configured root of two or more segments is a start also right after a
         # letter, digit, "." or "~" (x/srv/agent/artifacts/a names the layout all the
         # same); a one-segment one (/workspace) keeps the boundary rule, it is too
@@ -1171,6 +1219,14 @@ class PathDetector:
         self.max_path_chars = max_path_chars
         self.max_start_chars = max(a.maxlen for a in alts) + 1
         self._memo_slot: tuple[str | None, Memo] = (None, Memo())
+
+    def new_buffer(self) -> None:
+        """Forget the search memo: a rewriter calls this before it scans a buffer of its
+        own. The memo is kept for the buffer object last scanned (the loop of one feed
+        scans one buffer many times), and ``"" + "" + text`` is ``text`` itself: the
+        same string object fed again, by another rewriter or at another bound, must
+        not reuse what was found for the last one."""
+        self._memo_slot = (None, Memo())
 
     # -- start recognition -------------------------------------------------------
 

@@ -167,6 +167,7 @@ class StreamRewriter:
         buf = self._hist + self._held + text
         pos = len(self._hist)
         detector = self._detector
+        detector.new_buffer()
         while True:
             res = detector.scan(buf, pos, final)
             if type(res) is Found:
