@@ -341,7 +341,7 @@ _ANY_PCT_VAR = _seq(
     _rep(_ch("[a-z0-9_]"), 2, 39),
     _opt(_seq(_enc("("), _lit("x86"), _enc(")"))),
     _enc("%"),
-    _alt(_rep(_BS, 1, 8), _lit("%5c"), _lit("%255c")),
+    _alt(_rep(_BS, 1, 8), _lit("%5c"), _lit("%255c"), *[_lit(e) for e in _HTML_BACKSLASHES]),
     _look(_ch(r'(?-i:[^nrtbfu"\\/\s])')),
 )
 
