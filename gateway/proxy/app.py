@@ -39,6 +39,7 @@ from gateway.fronts.chat import SAMPLING_KEYS, validate_chat_body
 from gateway.fronts.openwebui import OpenWebUIEncoder, ends_with_note
 from gateway.openwebui import OpenWebUI, owner_for_user
 from gateway.proxy.delivery import Delivery
+from gateway.proxy.health import GatewayHealth
 from gateway.proxy.identity import Identity, identify, identity_hint, requested_mode
 from gateway.proxy.stream import RemoteRunSource, RunEventStage, gateway_error
 from gateway.relay import Relay, RelayOptions
@@ -132,6 +133,7 @@ def create_proxy_app(
     )
     ps = ProxyState(config, client, clock=clock, openwebui=OpenWebUI.from_config(config))
     app.proxy = ps
+    gateway_health = GatewayHealth(client)
     client_keys = {hashlib.sha256(k.encode()).digest() for k in config.proxy.client_keys}
 
     async def authenticate() -> Identity | None:
@@ -161,11 +163,7 @@ def create_proxy_app(
 
     @app.get("/health")
     async def health() -> Response:
-        try:
-            r = await client.get("/health", timeout=2.0)
-            gw = "ok" if r.status_code == 200 else f"http {r.status_code}"
-        except httpx.HTTPError:
-            gw = "unreachable"
+        gw = await gateway_health.status()
         body = {"status": "ok", "version": __version__, "gateway": gw}
         return json_response({**body, "draining": ps.draining.is_set()})
 
