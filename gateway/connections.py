@@ -363,9 +363,13 @@ class GatewayH11Protocol(H11Protocol):
         ):
             # answered before the (small) body arrived: drop the rest, then recycle
             await self._close_stream()
-            self.stream = _DiscardBody(self)  # type: ignore[assignment]
-            await self.can_read.set()
-            return
+            # closing the stream yields (the access line, the app's disconnect): the
+            # reader may have taken the body's end meanwhile and now waits, paused,
+            # for a new cycle that only the recycle below starts
+            if conn.their_state is h11.SEND_BODY:
+                self.stream = _DiscardBody(self)  # type: ignore[assignment]
+                await self.can_read.set()
+                return
         await super()._maybe_recycle()
 
     async def _handle_events(self) -> None:
