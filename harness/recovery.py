@@ -28,10 +28,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from gateway.health import poll_health
+from harness.instances import gateway_toml
 
 KEY = "recovery-alice-key-0123456789"
 PROXY_KEY = "recovery-proxy-key-0123456789"
@@ -84,36 +86,20 @@ class Report:
 
 
 def _config(base: Path, gw_port: int, proxy_port: int, up_port: int) -> Path:
+    gateway = f"http://127.0.0.1:{gw_port}"
+    server = {"bind": f"127.0.0.1:{gw_port}", "public_base_url": gateway}
+    proxy: dict[str, Any] = {"bind": f"127.0.0.1:{proxy_port}", "gateway_url": gateway}
+    proxy.update({"gateway_key": PROXY_KEY, "client_keys": [OWUI_KEY]})
     cfg = base / "gateway.toml"
     cfg.write_text(
-        f"""state_dir = "{base / "state"}"
-
-[server]
-bind = "127.0.0.1:{gw_port}"
-public_base_url = "http://127.0.0.1:{gw_port}"
-drain_timeout_seconds = 4.0
-
-[upstream]
-base_url = "http://127.0.0.1:{up_port}/v1"
-
-[artifacts]
-roots = ["{base / "artifacts"}"]
-
-[[auth.keys]]
-key = "{KEY}"
-principal = "alice"
-
-[[auth.keys]]
-key = "{PROXY_KEY}"
-principal = "owui-proxy"
-role = "proxy"
-
-[proxy]
-bind = "127.0.0.1:{proxy_port}"
-gateway_url = "http://127.0.0.1:{gw_port}"
-gateway_key = "{PROXY_KEY}"
-client_keys = ["{OWUI_KEY}"]
-"""
+        gateway_toml(
+            base / "state",
+            upstream_url=f"http://127.0.0.1:{up_port}/v1",
+            roots=[base / "artifacts"],
+            keys=[(KEY, "alice", "user"), (PROXY_KEY, "owui-proxy", "proxy")],
+            sections={"server": {**server, "drain_timeout_seconds": 4.0}, "proxy": proxy},
+        ),
+        encoding="utf-8",
     )
     return cfg
 

@@ -24,10 +24,12 @@ import re
 import select
 import socket
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from harness.instances import gateway_toml
 from tests.procs import Proc, free_port
 
 KEY = "hostile-alice-key-0123456789"
@@ -723,45 +725,29 @@ class Services:
     ports: dict[str, int] = field(default_factory=dict)
     procs: dict[str, Proc] = field(default_factory=dict)
 
-    def config(self, extra_server: str = "") -> Path:
+    def config(self, extra_server: Mapping[str, Any] | None = None) -> Path:
         p = self.ports
         root = self.base / "artifacts"
         root.mkdir(exist_ok=True)
+        gateway = f"http://127.0.0.1:{p['gateway']}"
+        server: dict[str, Any] = {"bind": f"127.0.0.1:{p['gateway']}", "public_base_url": gateway}
+        server.update({"drain_timeout_seconds": 3.0, **(extra_server or {})})
+        proxy: dict[str, Any] = {"bind": f"127.0.0.1:{p['proxy']}", "gateway_url": gateway}
+        proxy.update({"gateway_key": PROXY_KEY, "client_keys": [OWUI_KEY]})
         cfg = self.base / "gateway.toml"
         cfg.write_text(
-            f"""state_dir = "{self.base / "state"}"
-
-[server]
-bind = "127.0.0.1:{p["gateway"]}"
-public_base_url = "http://127.0.0.1:{p["gateway"]}"
-drain_timeout_seconds = 3.0
-{extra_server}
-[upstream]
-base_url = "http://127.0.0.1:{p["upstream"]}/v1"
-
-[artifacts]
-roots = ["{root}"]
-
-[[auth.keys]]
-key = "{KEY}"
-principal = "alice"
-
-[[auth.keys]]
-key = "{PROXY_KEY}"
-principal = "owui-proxy"
-role = "proxy"
-
-[proxy]
-bind = "127.0.0.1:{p["proxy"]}"
-gateway_url = "http://127.0.0.1:{p["gateway"]}"
-gateway_key = "{PROXY_KEY}"
-client_keys = ["{OWUI_KEY}"]
-""",
+            gateway_toml(
+                self.base / "state",
+                upstream_url=f"http://127.0.0.1:{p['upstream']}/v1",
+                roots=[root],
+                keys=[(KEY, "alice", "user"), (PROXY_KEY, "owui-proxy", "proxy")],
+                sections={"server": server, "proxy": proxy},
+            ),
             encoding="utf-8",
         )
         return cfg
 
-    def start(self, extra_server: str = "") -> None:
+    def start(self, extra_server: Mapping[str, Any] | None = None) -> None:
         self.ports = {name: free_port() for name in ("upstream", "gateway", "proxy")}
         cfg = self.config(extra_server)
         up = ["-m", "gateway.demo_upstream", "--port", str(self.ports["upstream"])]
