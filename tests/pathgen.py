@@ -289,6 +289,8 @@ def _var(draw: st.DrawFn) -> _Raw:
             ("%CommonProgramFiles%", True),
             ("%OneDriveCommercial%", True),
             ("%MyToolHome%", True),  # any %NAME% then a backslash
+            ("%MyToolHome%\\Program Files", True),  # and a space-holding folder
+            ("%SystemDrive%\\.\\Documents and Settings", True),
             ("${HOME:-/root}", False),  # a shell default
             ("$HOME", True),
         ],
@@ -327,7 +329,8 @@ def _windows(draw: st.DrawFn) -> _Raw:
         head = "\\" + _case(draw, "SystemRoot")
     elif form == "progfiles":  # C:\Program Files\..., also behind a device prefix
         top = _pick(draw, ["Program Files", "Program Files (x86)", "Documents and Settings"])
-        head = _pick(draw, ["", "\\\\?\\"]) + drive + "\\" + _case(draw, top)
+        lead = _pick(draw, ["", "\\\\?\\"])
+        head = lead + drive + _pick(draw, ["\\", "\\", "\\.\\"]) + _case(draw, top)
     elif form == "unc":
         server = _secret(draw)
         head, secrets = "\\\\" + server, [server, *secrets]
@@ -373,12 +376,6 @@ def _json1(s: str, slash: bool, ascii_only: bool) -> str:
     return out.replace("/", "\\/") if slash else out
 
 
-#: a space-holding Windows top folder in an escaped spelling is a known gap
-#: (docs/rewriting.md): the generators leave those spellings out until it is closed
-_SPACE_HOLDING = re.compile(r"program files|documents and settings", re.IGNORECASE)
-_GAP_SPELLINGS = frozenset({"json_slash", "json_ascii", "json2", "odd_seps", "mixed"})
-
-
 def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
     """The path text of ``raw`` in one spelling."""
     sep = "\\" if raw.win else "/"
@@ -398,10 +395,9 @@ def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
             "pct2",
             "html",
             "mixed",
+            "uesc",
         ],
     )
-    if _SPACE_HOLDING.search(raw.head) and spelling in _GAP_SPELLINGS:
-        spelling = "plain"  # docs/rewriting.md, "Known gaps": not detected yet
     if spelling == "shell" and raw.kind == "posix" and not raw.win and raw.folders:
         raw = raw._replace(folders=[raw.folders[0] + "\\ copy", *raw.folders[1:]])
     text = _join(raw, sep)
@@ -444,6 +440,10 @@ def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
         refs = ["&#x5C;", "&#92;", "&bsol;", "&amp;#x5C;"]
         refs = refs if raw.win else ["&#x2F;", "&#47;", "&sol;", "&amp;#x2F;"]
         text = text.replace(sep, _pick(draw, refs))
+    elif spelling == "uesc" and raw.kind in ("posix", "var", "win"):
+        # \\u002f, \\u005c separators outside a JSON string (an escaper's output: every
+        # separator escaped, also those of a drive path written with forward slashes)
+        text = text.replace("\\", "\\u005c").replace("/", "\\u002f")
     elif spelling == "mixed" and raw.kind == "posix" and not raw.win and "/" not in raw.head[1:]:
         # /home\\bob\\x.txt: a POSIX root, then Windows separators
         i = len(raw.head)

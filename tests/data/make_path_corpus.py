@@ -969,6 +969,91 @@ c(
     [],
     "a hex digit after a bare reference makes another character; &tilde; is U+02DC; anchors alone",
 )
+# --- the known gaps of the third red-team pass, closed
+c(
+    "see C:"
+    + B
+    + "u005cProgram Files"
+    + B
+    + "u005cApp"
+    + B
+    + "u005ca.exe and C:"
+    + B
+    + "u002fProgram Files (x86)"
+    + B
+    + "u002fApp"
+    + B
+    + "u002fb.dll",
+    "see a.exe and b.dll",
+    [
+        "C:" + B + "Program Files" + B + "App" + B + "a.exe",
+        "C:" + B + "Program Files (x86)" + B + "App" + B + "b.dll",
+    ],
+    "a space-holding top folder after a \\u-escaped drive separator outside JSON",
+)
+c(
+    "C:" + B + "." + B + "Program Files" + B + "App" + B + "b.dll, "
+    "C:/./Documents and Settings/bob/c.txt",
+    "b.dll, c.txt",
+    [
+        "C:" + B + "Program Files" + B + "App" + B + "b.dll",
+        "C:" + B + "Documents and Settings" + B + "bob" + B + "c.txt",
+    ],
+    "a . segment before the space-holding top folder",
+)
+c(
+    "C:"
+    + B
+    + "/Program Files"
+    + B
+    + "/App"
+    + B
+    + "/e.txt d:"
+    + B
+    + B
+    + "/Program Files"
+    + B
+    + B
+    + "/App"
+    + B
+    + B
+    + "/f.txt",
+    "e.txt f.txt",
+    [
+        "C:" + B + "Program Files" + B + "App" + B + "e.txt",
+        "D:" + B + "Program Files" + B + "App" + B + "f.txt",
+    ],
+    "JSON-escaped slashes after the drive",
+)
+c(
+    "%MyTool%"
+    + B
+    + "Program Files (x86)"
+    + B
+    + "App"
+    + B
+    + "d.txt %SystemDrive%"
+    + B
+    + "."
+    + B
+    + "Program Files"
+    + B
+    + "App"
+    + B
+    + "e.txt",
+    "d.txt e.txt",
+    [
+        "%MyTool%" + B + "Program Files (x86)" + B + "App" + B + "d.txt",
+        "%SystemDrive%" + B + "Program Files" + B + "App" + B + "e.txt",
+    ],
+    "any %NAME% before a space-holding top folder",
+)
+c(
+    "C:" + B + "Program  Files" + B + "App" + B + "x.exe",
+    "x.exe",
+    ["C:" + B + "Program  Files" + B + "App" + B + "x.exe"],
+    "a doubled space in the top folder (a typo) is read as one",
+)
 # --- long
 LONG = "/tmp/" + "d/" * 2500 + "final.txt"
 c(

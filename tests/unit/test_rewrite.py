@@ -508,3 +508,51 @@ def test_spellings_the_last_red_team_pass_found(text: str) -> None:
     for i in range(len(text) + 1):
         rw = StreamRewriter()
         assert rw.feed(text[:i]) + rw.feed(text[i:]) + rw.flush() == whole
+
+
+# --- the known gaps of the third red-team pass (docs/rewriting.md), every variant ---
+
+GAP_SECRET = "zqsecretgap01"
+_TOPS = ("Program Files", "PROGRAM FILES", "program files (x86)", "Documents and Settings")
+#: separators spelled outside a JSON string: \\u escapes, JSON-escaped slashes, plain
+_GAP_SEPS = ("\\u005c", "\\u005C", "\\u002f", "\\u002F", "\\/", "\\\\/", "\\", "/", "%5C")
+
+
+def _gap_cases() -> Iterator[tuple[str, str]]:
+    """(text, expected name): many variants of each spelling the red team found (a
+    separator, a ``.`` segment, the letter case, the form before it)."""
+    for i, sep in enumerate(_GAP_SEPS):
+        top = _TOPS[i % len(_TOPS)]
+        for head in ("C:", "d:"):
+            yield sep.join([head, top, GAP_SECRET, "b.txt"]), "b.txt"
+            yield sep.join([head, ".", top, GAP_SECRET, "b.txt"]), "b.txt"
+            yield sep.join([head, ".", ".", top, GAP_SECRET, "c.txt"]), "c.txt"
+            if sep != "/":  # C:// is a URL scheme's authority, no drive (docs)
+                yield sep.join([head, "", top, GAP_SECRET, "d.txt"]), "d.txt"
+        if sep in ("\\", "\\u005c", "\\u005C", "%5C"):  # %NAME% takes backslashes
+            for var in ("%MyToolHome%", "%FOO_BAR%", "%SystemDrive%", "%systemdrive%"):
+                yield sep.join([var, top, GAP_SECRET, "e.txt"]), "e.txt"
+                yield sep.join([var, ".", top, GAP_SECRET, "e.txt"]), "e.txt"
+    # a double space, a JSON-escaped backslash before the folder
+    yield f"C:\\Program  Files\\{GAP_SECRET}\\f.txt", "f.txt"
+    yield f"C:\\Documents  and  Settings\\{GAP_SECRET}\\f.txt", "f.txt"
+    yield f"C:\\\\Program Files\\\\{GAP_SECRET}\\\\f.txt", "f.txt"
+    yield f"/cygdrive/c/./Program Files/{GAP_SECRET}/f.txt", "f.txt"
+    yield f"\\\\?\\C:\\.\\Program Files\\{GAP_SECRET}\\f.txt", "f.txt"
+    yield f"file:///C:/./Program Files/{GAP_SECRET}/f.txt", "f.txt"
+
+
+GAP_CASES = list(_gap_cases())
+
+
+@pytest.mark.parametrize(("text", "name"), GAP_CASES, ids=[t for t, _ in GAP_CASES])
+def test_the_known_gaps_are_closed(text: str, name: str) -> None:
+    """The path is replaced whole: nothing of its folders remains (not the secret, not the
+    space-holding folder's words), whole and at every split point."""
+    for before, after in (("see ", " ok"), ("", "")):
+        whole = rewrite(before + text + after)
+        assert whole == before + name + after, (text, whole)
+        t = before + text + after
+        for i in range(len(t) + 1):
+            rw = StreamRewriter()
+            assert rw.feed(t[:i]) + rw.feed(t[i:]) + rw.flush() == whole, i
