@@ -454,6 +454,14 @@ def _file_start() -> _P:
     )
 
 
+#: ``~`` and the HTML references a renderer shows as one (like :data:`_HTML_SLASHES`)
+_TILDE = _alt(
+    _lit("~"),
+    *[_lit(a + r) for a in ("&", "&amp;") for r in ("#126;", "#x7e;")],
+    _bare_ref("&#x7e", "&#126"),
+)
+
+
 def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
     """Every start form, one named alternative per family (longest and most
     specific first: a configured root before the default roots)."""
@@ -507,11 +515,9 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
                 _look(any_sep),
             ),
         ),
-        # ~/x, also HTML-encoded (&#126;/x, &#x7E;&#x2F;x; not &tilde;: that is U+02DC)
-        _group(
-            "tilde",
-            _seq(_alt(_lit("~"), _lit("&#126;"), _lit("&#x7e;")), _opt(user), _alt(_PS, _WS)),
-        ),
+        # ~/x, also HTML-encoded (&#126;/x, &#x7E;&#x2F;x; not &tilde;: that is U+02DC),
+        # escaped twice (&amp;#126;) or without its ; where no digit follows (&#126/x)
+        _group("tilde", _seq(_TILDE, _opt(user), _alt(_PS, _WS))),
         # "$HOME"/x: the shell's quoted variable (the closing quote is given back)
         _group(
             "var",
@@ -642,7 +648,7 @@ _JSON_U = re.compile(r"\\u[0-9a-fA-F]{4}")
 _JSON_ESCAPE = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/])')
 _TILDE_HEAD = re.compile(r"~[^/\\]*")
 #: ``~`` then a separator (a generic anchor, unlike ``~user/``)
-_TILDE_ALONE = re.compile(r"(?:~|&#126;|&#x7e;)[/\\%&]", re.IGNORECASE)
+_TILDE_ALONE = re.compile(r"(?:~|(?:&amp;)?&#(?:126|x7e);?)[/\\%&]", re.IGNORECASE)
 _NON_SEPARATOR = re.compile(r"[^/\\.]")
 _EMPTY_BODY = re.compile(rf"(?:{_PS.full}|{_WS.full}|\.)*", re.IGNORECASE)
 _SECOND_START = re.compile(r"\s(?=[/~\\%$&]|[a-z][a-z-]*(?::|%3a))", re.IGNORECASE)

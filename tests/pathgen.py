@@ -251,9 +251,16 @@ def _configured(draw: st.DrawFn) -> _Raw:
     return _Raw(head, folders, leaf, tuple(secrets), name, True, "win")
 
 
+#: ``~`` as written, and as an HTML renderer may show it: a reference, escaped twice,
+#: without its ``;`` (HTML5 reads ``&#126/x`` as ``~/x``; the names after it start with
+#: ``zq``, no digit)
+_TILDES = ("~", "~", "~", "&#126;", "&#x7E;", "&#126", "&#x7e", "&amp;#126;", "&amp;#x7E;")
+
+
 @st.composite
 def _tilde(draw: st.DrawFn) -> _Raw:
     win = _pick(draw, _BOOLS) and _pick(draw, _BOOLS)
+    tilde = _pick(draw, _TILDES)
     if _pick(draw, _BOOLS):
         user = _secret(draw)
         folders, secrets = _folders(draw, 0, 2)
@@ -261,10 +268,10 @@ def _tilde(draw: st.DrawFn) -> _Raw:
             leaf, name = _leaf(draw, folders)
         else:  # ~user/ : that user's home itself
             leaf, name = "/", "~"
-        return _Raw("~" + user, folders, leaf, (user, *secrets), name, win, "posix")
+        return _Raw(tilde + user, folders, leaf, (user, *secrets), name, win, "posix")
     folders, secrets = _folders(draw)
     leaf, name = _leaf(draw, folders)
-    return _Raw("~", folders, leaf, tuple(secrets), name, win, "posix")
+    return _Raw(tilde, folders, leaf, tuple(secrets), name, win, "posix")
 
 
 @st.composite
@@ -398,6 +405,8 @@ def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
             "uesc",
         ],
     )
+    if "&" in raw.head and spelling not in ("plain", "html", "json", "json_slash"):
+        spelling = "html"  # an HTML-encoded tilde: a renderer's text, not re-encoded
     if spelling == "shell" and raw.kind == "posix" and not raw.win and raw.folders:
         raw = raw._replace(folders=[raw.folders[0] + "\\ copy", *raw.folders[1:]])
     text = _join(raw, sep)

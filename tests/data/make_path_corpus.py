@@ -1054,6 +1054,18 @@ c(
     ["C:" + B + "Program  Files" + B + "App" + B + "x.exe"],
     "a doubled space in the top folder (a typo) is read as one",
 )
+c(
+    "&#126/proj/e.txt &amp;#126;/proj/f.txt &#x7E&#x2F;proj&#x2F;g.txt &amp;#x7e;bob/h.txt",
+    "e.txt f.txt g.txt h.txt",
+    ["~/proj/e.txt", "~/proj/f.txt", "~/proj/g.txt", "~bob/h.txt"],
+    "an HTML-encoded tilde without its ; or escaped twice",
+)
+c(
+    "&#1260/x &#x7Ebob/x &amp;#126/proj/x &#126; ok",
+    "&#1260/x &#x7Ebob/x &amp;#126/proj/x &#126; ok",
+    [],
+    "a digit after a bare tilde reference makes another character; twice and bare: no",
+)
 # --- long
 LONG = "/tmp/" + "d/" * 2500 + "final.txt"
 c(

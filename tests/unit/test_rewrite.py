@@ -540,6 +540,11 @@ def _gap_cases() -> Iterator[tuple[str, str]]:
     yield f"/cygdrive/c/./Program Files/{GAP_SECRET}/f.txt", "f.txt"
     yield f"\\\\?\\C:\\.\\Program Files\\{GAP_SECRET}\\f.txt", "f.txt"
     yield f"file:///C:/./Program Files/{GAP_SECRET}/f.txt", "f.txt"
+    # an HTML-encoded tilde without its ; or escaped twice
+    for tilde in ("&#126", "&#x7E", "&#x7e", "&amp;#126;", "&amp;#x7E;", "&AMP;#X7E;"):
+        for sep in ("/", "&#x2F;", "&#47;", "\\"):
+            yield f"{tilde}{sep}{GAP_SECRET}{sep}g.txt", "g.txt"
+        yield f"{tilde}{GAP_SECRET}/h.txt", "h.txt"  # ~user/
 
 
 GAP_CASES = list(_gap_cases())
