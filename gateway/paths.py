@@ -397,11 +397,15 @@ _ANY_PCT_VAR = _seq(
 
 
 def _device_start() -> _P:
-    """``\\\\?\\``, ``\\\\.\\``, ``\\??\\``, ``//?/`` (escaped or percent-encoded too)."""
+    """``\\\\?\\``, ``\\\\.\\``, ``\\??\\``, ``//?/`` (escaped or percent-encoded too), and the
+    object manager's ``\\GLOBAL??\\`` (the directory ``\\??\\`` names)."""
     q = _enc("?")
     lead = _alt(_rep(_BS, 2, 8), _rep(_BS_ENC, 2, 2), _seq(_PS, _PS))
     return _seq(
-        _alt(_seq(lead, _alt(q, _enc("."))), _seq(_alt(_rep(_BS, 1, 4), _BS_ENC), q, q)),
+        _alt(
+            _seq(lead, _alt(q, _enc("."))),
+            _seq(_alt(_rep(_BS, 1, 4), _BS_ENC), _opt(_lit("global")), q, q),
+        ),
         _alt(_WS, _PS),
         # \\?\C:\Program Files\...: the drive's top folder read whole
         _alt(
@@ -509,8 +513,9 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
                 _alt(
                     _lit("users"),
                     _lit("systemroot"),
-                    # any NT device: HarddiskVolume3, HarddiskVolumeShadowCopy1, Mup, CdRom0
-                    _seq(_lit("device"), _WS, _ch("[a-z]"), _rep(_ch("[a-z0-9_]"), 0, 39)),
+                    # any NT device: HarddiskVolume3, HarddiskVolumeShadowCopy1, Mup, CdRom0,
+                    # NTPNP_PCI0015, names with "-"; \\Device/... (either separator)
+                    _seq(_lit("device"), any_sep, _ch("[a-z]"), _rep(_ch("[a-z0-9_-]"), 0, 39)),
                 ),
                 _look(any_sep),
             ),
@@ -930,10 +935,13 @@ def _normal_remote(s: str) -> str:
     return _canon_posix(rest[rest.find("/") :])
 
 
+_DEVICE_HEAD = re.compile(r"\\+[?.]\\+|\\+(?:global)?\?\?\\+", re.IGNORECASE)
+
+
 def _normal_device(s: str) -> str:
     """``\\\\?\\C:\\x`` -> ``C:\\x``; ``\\\\?\\UNC\\srv\\share`` -> ``\\\\srv\\share``."""
     s = s.replace("/", "\\")
-    m = re.match(r"\\+[?.]\\+|\\+\?\?\\+", s)
+    m = _DEVICE_HEAD.match(s)
     head = m.group() if m is not None else ""
     rest = s[len(head) :]
     if rest[:4].lower() == "unc\\":

@@ -329,20 +329,23 @@ def _windows(draw: st.DrawFn) -> _Raw:
         head = drive
     elif form == "ntdevice":  # \Device\HarddiskVolume3\...
         head = "\\" + _case(draw, "Device") + "\\" + _case(draw, "HarddiskVolume3")
-    elif form == "ntname":  # any NT device name
-        dev = _pick(draw, ["HarddiskVolumeShadowCopy1", "Mup", "CdRom0", "LanmanRedirector"])
-        head = "\\" + _case(draw, "Device") + "\\" + dev
+    elif form == "ntname":  # any NT device name, \Device\ or \Device/
+        dev = _pick(
+            draw,
+            ["HarddiskVolumeShadowCopy1", "Mup", "CdRom0", "NTPNP_PCI0015", "Serial-Port1"],
+        )
+        head = "\\" + _case(draw, "Device") + _pick(draw, ["\\", "/"]) + dev
     elif form == "systemroot":
         head = "\\" + _case(draw, "SystemRoot")
     elif form == "progfiles":  # C:\Program Files\..., also behind a device prefix
         top = _pick(draw, ["Program Files", "Program Files (x86)", "Documents and Settings"])
-        lead = _pick(draw, ["", "\\\\?\\"])
+        lead = _pick(draw, ["", "", "\\\\?\\", "\\GLOBAL??\\"])
         head = lead + drive + _pick(draw, ["\\", "\\", "\\.\\"]) + _case(draw, top)
     elif form == "unc":
         server = _secret(draw)
         head, secrets = "\\\\" + server, [server, *secrets]
     elif form == "device":
-        head = _pick(draw, ["\\\\?\\", "\\\\.\\", "\\??\\"]) + drive
+        head = _pick(draw, ["\\\\?\\", "\\\\.\\", "\\??\\", "\\GLOBAL??\\"]) + drive
     else:
         server = _secret(draw)
         head, secrets = "\\\\?\\UNC\\" + server, [server, *secrets]

@@ -1066,6 +1066,59 @@ c(
     [],
     "a digit after a bare tilde reference makes another character; twice and bare: no",
 )
+c(
+    B
+    + "Device"
+    + B
+    + "NTPNP_PCI0015"
+    + B
+    + "x"
+    + B
+    + "a.sys "
+    + B
+    + "Device/HarddiskVolume3/Users/bob/b.txt "
+    + B
+    + "Device"
+    + B
+    + "Foo-Bar"
+    + B
+    + "c.txt",
+    "a.sys b.txt c.txt",
+    [
+        B + "Device" + B + "NTPNP_PCI0015" + B + "x" + B + "a.sys",
+        B + "Device" + B + "HarddiskVolume3" + B + "Users" + B + "bob" + B + "b.txt",
+        B + "Device" + B + "Foo-Bar" + B + "c.txt",
+    ],
+    "NT device names with _ or -, and \\Device/",
+)
+c(
+    B
+    + "GLOBAL??"
+    + B
+    + "C:"
+    + B
+    + "Users"
+    + B
+    + "bob"
+    + B
+    + "a.txt "
+    + B
+    + "Global??"
+    + B
+    + "C:"
+    + B
+    + "Program Files"
+    + B
+    + "App"
+    + B
+    + "b.txt",
+    "a.txt b.txt",
+    [
+        "C:" + B + "Users" + B + "bob" + B + "a.txt",
+        "C:" + B + "Program Files" + B + "App" + B + "b.txt",
+    ],
+    "the object manager's \\GLOBAL??\\ (what \\??\\ names)",
+)
 # --- long
 LONG = "/tmp/" + "d/" * 2500 + "final.txt"
 c(

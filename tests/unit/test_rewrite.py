@@ -545,6 +545,15 @@ def _gap_cases() -> Iterator[tuple[str, str]]:
         for sep in ("/", "&#x2F;", "&#47;", "\\"):
             yield f"{tilde}{sep}{GAP_SECRET}{sep}g.txt", "g.txt"
         yield f"{tilde}{GAP_SECRET}/h.txt", "h.txt"  # ~user/
+    # NT device names with _ or -, and \\Device/...
+    for dev in ("NTPNP_PCI0015", "Foo-Bar", "HarddiskVolume3", "Mup", "X_1-2"):
+        for s1, s2 in (("\\", "\\"), ("/", "/"), ("\\", "/"), ("/", "\\"), ("\\\\", "\\\\")):
+            lead = "\\" * len(s1)  # \\Device\\ in JSON text: the lead doubled too
+            yield f"{lead}Device{s1}{dev}{s2}{GAP_SECRET}{s2}i.txt", "i.txt"
+    yield f"\\DEVICE/mup/{GAP_SECRET}/i.txt", "i.txt"
+    # the NT object manager's global DOS device directory
+    yield f"\\GLOBAL??\\C:\\{GAP_SECRET}\\k.txt", "k.txt"
+    yield f"\\Global??\\C:\\Program Files\\{GAP_SECRET}\\k.txt", "k.txt"
 
 
 GAP_CASES = list(_gap_cases())
