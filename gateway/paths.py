@@ -444,7 +444,8 @@ def _remote_start(schemes: _P) -> _P:
             _seq(_alt(*[_lit(r) for r in REMOTE_SCHEMES]), _COLON, _PS, _PS),
             _seq(schemes, _COLON, _PS, _PS, _lit(REMOTE_SCHEME), _PS),
         ),
-        _lazy(_rep(_ch(r"[\w.+@%-]"), 1, 100)),
+        # the authority: ssh-remote+user@host:22, wsl+Ubuntu, ssh-remote+[::1]:22
+        _lazy(_rep(_ch(r"[\w.+@%:\[\]-]"), 1, 100)),
         _FILE_TAIL,
     )
 

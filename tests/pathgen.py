@@ -429,7 +429,9 @@ def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
                 "vscode-insiders://vscode-remote/",
             ],
         )
-        text = f"{scheme}{_pick(draw, ['ssh-remote+', 'wsl+', ''])}{raw.host}{text}"
+        user = _pick(draw, ["ssh-remote+", "ssh-remote+git@", "wsl+", ""])
+        port = _pick(draw, ["", "", ":22", ":2222"])  # an authority with a port
+        text = f"{scheme}{user}{raw.host}{port}{text}"
     elif raw.kind == "deeplink":
         scheme = _pick(draw, ["vscode", "vscode-insiders", "cursor", "windsurf", "myeditor"])
         line = _pick(draw, ["", ":12", ":3:7"])

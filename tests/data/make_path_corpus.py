@@ -1092,6 +1092,13 @@ c(
     "NT device names with _ or -, and \\Device/",
 )
 c(
+    "open vscode://vscode-remote/ssh-remote+host:22/home/bob/x.py and "
+    "vscode-remote://ssh-remote+git@h.example:2222/srv/app/y.py",
+    "open x.py and y.py",
+    ["/home/bob/x.py", "/srv/app/y.py"],
+    "a remote authority with a port",
+)
+c(
     B
     + "GLOBAL??"
     + B

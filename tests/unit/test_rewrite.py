@@ -551,6 +551,12 @@ def _gap_cases() -> Iterator[tuple[str, str]]:
             lead = "\\" * len(s1)  # \\Device\\ in JSON text: the lead doubled too
             yield f"{lead}Device{s1}{dev}{s2}{GAP_SECRET}{s2}i.txt", "i.txt"
     yield f"\\DEVICE/mup/{GAP_SECRET}/i.txt", "i.txt"
+    # a remote authority with a port (also user@, an IPv6 literal, percent-encoded)
+    for auth in ("ssh-remote+host:22", "ssh-remote+u@h.example:2222", "ssh-remote+host%3A22"):
+        for scheme in ("vscode://vscode-remote/", "vscode-remote://", "cursor-remote://"):
+            yield f"{scheme}{auth}/home/{GAP_SECRET}/j.txt", "j.txt"
+    yield f"vscode-remote://ssh-remote+[::1]:22/srv/{GAP_SECRET}/j.txt", "j.txt"
+    yield f"vscode://vscode-remote/ssh-remote+host:22/C:/Program Files/{GAP_SECRET}/j.txt", "j.txt"
     # the NT object manager's global DOS device directory
     yield f"\\GLOBAL??\\C:\\{GAP_SECRET}\\k.txt", "k.txt"
     yield f"\\Global??\\C:\\Program Files\\{GAP_SECRET}\\k.txt", "k.txt"
