@@ -396,6 +396,35 @@ _ANY_PCT_VAR = _seq(
 )
 
 
+#: an NT device name: a letter, then letters, digits, ``_``, ``-`` and braces
+#: (``HarddiskVolume3``, ``Mup``, ``NTPNP_PCI0015``, ``NPF_{guid}``), either separator
+_NT_DEVICE = _seq(_lit("device"), _ANY_SEP, _ch("[a-z]"), _rep(_ch("[a-z0-9_{}-]"), 0, 63))
+#: a volume without a drive letter is a drive form too: its space-holding top folder is
+#: read whole (``\\Device\\HarddiskVolume3\\Program Files\\``, as Process Explorer,
+#: Sysmon and ETW print image paths; ``\\\\?\\Volume{guid}\\``, ``\\\\?\\GLOBALROOT\\Device\\...``)
+_VOLUME_TOP = _seq(
+    _alt(
+        _seq(_opt(_seq(_lit("globalroot"), _ANY_SEP)), _NT_DEVICE),
+        _seq(_lit("volume"), _enc("{"), _rep(_ch("[0-9a-f-]"), 36, 36), _enc("}")),
+    ),
+    _dotted(_ANY_SEP),
+    _SPACEY,
+    _look(_ANY_SEP),
+)
+
+
+#: a share's root is a volume's too (``\\\\srv\\C$\\Program Files\\``, an admin share;
+#: ``\\\\?\\UNC\\srv\\share\\``): its space-holding top folder is read whole
+_SHARE_TOP = _seq(
+    _rep(_ch(r"[\w.$-]"), 1, 63),
+    _WS,
+    _rep(_ch(r"[\w.$-]"), 1, 80),
+    _dotted(_WS),
+    _SPACEY,
+    _look(_ANY_SEP),
+)
+
+
 def _device_start() -> _P:
     """``\\\\?\\``, ``\\\\.\\``, ``\\??\\``, ``//?/`` (escaped or percent-encoded too), and the
     object manager's ``\\GLOBAL??\\`` (the directory ``\\??\\`` names)."""
@@ -407,9 +436,11 @@ def _device_start() -> _P:
             _seq(_alt(_rep(_BS, 1, 4), _BS_ENC), _opt(_lit("global")), q, q),
         ),
         _alt(_WS, _PS),
-        # \\?\C:\Program Files\...: the drive's top folder read whole
+        # \\?\C:\Program Files\...: the drive's (or volume's) top folder read whole
         _alt(
             _seq(_ch("[a-z]"), _enc(":"), _dotted(_alt(_WS, _PS)), _SPACEY, _look(_alt(_WS, _PS))),
+            _VOLUME_TOP,
+            _seq(_lit("unc"), _WS, _SHARE_TOP),
             _look(_ch(r"[\w{%]")),
         ),
     )
@@ -504,7 +535,10 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
         ),
         _group("uri", _seq(_PS, _PS, _lit("file"), file_tail)),
         _group("device", _device_start()),
-        _group("unc", _seq(unc_lead, _rep(_ch(r"[\w.$-]"), 1, 63), _WS, share)),
+        _group(
+            "unc",
+            _seq(unc_lead, _alt(_SHARE_TOP, _seq(_rep(_ch(r"[\w.$-]"), 1, 63), _WS, share))),
+        ),
         _group("drive", _seq(_ch("[a-z]"), _COLON, _then_spacey(drive_sep, any_sep))),
         # \\Users\\bob: no drive; NT namespace paths \\Device\\<name>\\..., \\SystemRoot\\...
         _group(
@@ -512,13 +546,15 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
             _seq(
                 _WS,
                 _alt(
-                    _lit("users"),
-                    _lit("systemroot"),
-                    # any NT device: HarddiskVolume3, HarddiskVolumeShadowCopy1, Mup, CdRom0,
-                    # NTPNP_PCI0015, names with "-"; \\Device/... (either separator)
-                    _seq(_lit("device"), any_sep, _ch("[a-z]"), _rep(_ch("[a-z0-9_-]"), 0, 39)),
+                    # a volume's space-holding top folder: \\Device\\HarddiskVolume3\\Program Files
+                    _VOLUME_TOP,
+                    _seq(
+                        # any NT device: HarddiskVolume3, HarddiskVolumeShadowCopy1, Mup,
+                        # CdRom0, NTPNP_PCI0015, NPF_{guid}; \\Device/... (either separator)
+                        _alt(_lit("users"), _lit("systemroot"), _NT_DEVICE),
+                        _look(any_sep),
+                    ),
                 ),
-                _look(any_sep),
             ),
         ),
         # ~/x, also HTML-encoded (&#126;/x, &#x7E;&#x2F;x; not &tilde;: that is U+02DC),

@@ -307,6 +307,9 @@ def _var(draw: st.DrawFn) -> _Raw:
     return _Raw(head, folders, leaf, tuple(secrets), name, win, "var")
 
 
+_GUID = "{12345678-abcd-1234-abcd-123456789abc}"
+
+
 @st.composite
 def _windows(draw: st.DrawFn) -> _Raw:
     form = _pick(
@@ -340,7 +343,14 @@ def _windows(draw: st.DrawFn) -> _Raw:
     elif form == "progfiles":  # C:\Program Files\..., also behind a device prefix
         top = _pick(draw, ["Program Files", "Program Files (x86)", "Documents and Settings"])
         lead = _pick(draw, ["", "", "\\\\?\\", "\\GLOBAL??\\"])
-        head = lead + drive + _pick(draw, ["\\", "\\", "\\.\\"]) + _case(draw, top)
+        # a volume without a drive letter, a share's root (the server is a secret)
+        vol = _pick(
+            draw, ["", "", "", "\\Device\\HarddiskVolume3", "\\\\?\\Volume" + _GUID, "share"]
+        )
+        if vol == "share":
+            server = _secret(draw)
+            vol, secrets = "\\\\" + server + "\\C$", [server, *secrets]
+        head = (vol or lead + drive) + _pick(draw, ["\\", "\\", "\\.\\"]) + _case(draw, top)
     elif form == "unc":
         server = _secret(draw)
         head, secrets = "\\\\" + server, [server, *secrets]

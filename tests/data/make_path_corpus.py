@@ -1126,6 +1126,85 @@ c(
     ],
     "the object manager's \\GLOBAL??\\ (what \\??\\ names)",
 )
+c(
+    B
+    + "Device"
+    + B
+    + "HarddiskVolume3"
+    + B
+    + "Program Files"
+    + B
+    + "App"
+    + B
+    + "a.exe "
+    + B
+    + B
+    + "?"
+    + B
+    + "Volume{12345678-abcd-1234-abcd-123456789abc}"
+    + B
+    + "Program Files (x86)"
+    + B
+    + "App"
+    + B
+    + "b.dll",
+    "a.exe b.dll",
+    [
+        B + "Device" + B + "HarddiskVolume3" + B + "Program Files" + B + "App" + B + "a.exe",
+        B
+        + B
+        + "?"
+        + B
+        + "Volume{12345678-abcd-1234-abcd-123456789abc}"
+        + B
+        + "Program Files (x86)"
+        + B
+        + "App"
+        + B
+        + "b.dll",
+    ],
+    "a volume without a drive letter reads its space-holding top folder whole",
+)
+c(
+    B
+    + B
+    + "srv"
+    + B
+    + "C$"
+    + B
+    + "Program Files"
+    + B
+    + "App"
+    + B
+    + "c.txt "
+    + B
+    + B
+    + "?"
+    + B
+    + "UNC"
+    + B
+    + "srv"
+    + B
+    + "share"
+    + B
+    + "Documents and Settings"
+    + B
+    + "bob"
+    + B
+    + "d.txt",
+    "c.txt d.txt",
+    [
+        B + B + "srv" + B + "C$" + B + "Program Files" + B + "App" + B + "c.txt",
+        B + B + "srv" + B + "share" + B + "Documents and Settings" + B + "bob" + B + "d.txt",
+    ],
+    "so does a share's root (an admin share, behind \\\\?\\UNC\\)",
+)
+c(
+    B + "Device" + B + "NPF_{12345678-abcd-1234-abcd-123456789abc}" + B + "x" + B + "e.txt",
+    "e.txt",
+    [B + "Device" + B + "NPF_{12345678-abcd-1234-abcd-123456789abc}" + B + "x" + B + "e.txt"],
+    "an NT device name with braces (Npcap)",
+)
 # --- long
 LONG = "/tmp/" + "d/" * 2500 + "final.txt"
 c(

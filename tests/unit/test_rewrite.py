@@ -557,6 +557,31 @@ def _gap_cases() -> Iterator[tuple[str, str]]:
             yield f"{scheme}{auth}/home/{GAP_SECRET}/j.txt", "j.txt"
     yield f"vscode-remote://ssh-remote+[::1]:22/srv/{GAP_SECRET}/j.txt", "j.txt"
     yield f"vscode://vscode-remote/ssh-remote+host:22/C:/Program Files/{GAP_SECRET}/j.txt", "j.txt"
+    # a volume without a drive letter is a drive form too: its top folder read whole
+    # (Process Explorer, Sysmon and ETW print \Device\HarddiskVolume3\Program Files\...)
+    guid = "{12345678-abcd-1234-abcd-123456789abc}"
+    for vol in (
+        "\\Device\\HarddiskVolume3",
+        "\\device\\harddiskvolumeshadowcopy12",
+        "\\Device/HarddiskVolume3",
+        "\\\\?\\Volume" + guid,
+        "\\\\?\\GLOBALROOT\\Device\\HarddiskVolume3",
+        "\\\\.\\GLOBALROOT\\Device\\HarddiskVolume2",
+    ):
+        for top in ("Program Files", "program files (x86)", "Documents and Settings"):
+            for sep in ("\\", "\\.\\"):
+                yield f"{vol}{sep}{top}\\{GAP_SECRET}\\l.txt", "l.txt"
+    yield f"\\\\Device\\\\HarddiskVolume3\\\\Program Files\\\\{GAP_SECRET}\\\\l.txt", "l.txt"
+    yield f"%5CDevice%5CHarddiskVolume3%5CProgram%20Files%5C{GAP_SECRET}%5Cl.txt", "l.txt"
+    # a share's root too (an admin share C$, behind \\?\UNC\, JSON-escaped)
+    for share in ("\\\\zqsrv\\C$", "\\\\zqsrv\\share", "\\\\?\\UNC\\zqsrv\\d$"):
+        for top in ("Program Files", "Program Files (x86)", "documents and settings"):
+            yield f"{share}\\{top}\\{GAP_SECRET}\\n.txt", "n.txt"
+            yield f"{share}\\.\\{top}\\{GAP_SECRET}\\n.txt", "n.txt"
+    yield f"\\\\\\\\zqsrv\\\\C$\\\\Program Files\\\\{GAP_SECRET}\\\\n.txt", "n.txt"
+    # device names with braces (\Device\NPF_{guid}: Npcap adapters)
+    yield f"\\Device\\NPF_{guid}\\{GAP_SECRET}\\m.txt", "m.txt"
+    yield f"\\Device\\Tcpip_{guid}/{GAP_SECRET}/m.txt", "m.txt"
     # the NT object manager's global DOS device directory
     yield f"\\GLOBAL??\\C:\\{GAP_SECRET}\\k.txt", "k.txt"
     yield f"\\Global??\\C:\\Program Files\\{GAP_SECRET}\\k.txt", "k.txt"
