@@ -263,13 +263,15 @@ _BS_ENC = _alt(
 )
 #: a POSIX separator: plain, JSON-escaped (one or two levels), \u-escaped, percent-encoded,
 #: an HTML character reference
-_PS = _alt(
-    *[_lit(bs + "/") for bs in ("", "\\", "\\\\", "\\\\\\")],
+_PS_ENC = (
+    *[_lit(bs + "/") for bs in ("\\", "\\\\", "\\\\\\")],
     *[_lit(e) for e in ("\\u002f", "%2f", "%252f", *_HTML_SLASHES)],
     _bare_ref("&#x2f", "&#47"),
 )
-#: a Windows separator: backslashes (1, 2, 4... for JSON levels), \u- or percent-encoded
-_WS = _alt(_rep(_BS, 1, 8), _BS_ENC)
+_PS = _alt(_lit("/"), *_PS_ENC)
+#: a Windows separator: backslashes (1, 2, 4... for JSON levels), \u- or percent-encoded;
+#: the encoded ones first: ``\u005c`` is one separator, not ``\`` and a word ``u005c``
+_WS = _alt(_BS_ENC, _rep(_BS, 1, 8))
 #: separators with doubled ones and ``.`` segments (``//``, ``/./``)
 _PSEPS = _seq(_PS, _rep(_alt(_PS, _seq(_lit("."), _PS)), 0, 6))
 _COLON = _enc(":")
@@ -332,20 +334,6 @@ def _var_start() -> _P:
     )
 
 
-#: any other ``%NAME%`` then a backslash is a Windows folder variable (``%FOO%\\x``);
-#: a letter first and three or more characters (``100%\\``, ``%s%\\n`` are no
-#: variables), backslashes (or ``%5C``) and not a JSON escape after them
-_ANY_PCT_VAR = _seq(
-    _enc("%"),
-    _ch("[a-z]"),
-    _rep(_ch("[a-z0-9_]"), 2, 39),
-    _opt(_seq(_enc("("), _lit("x86"), _enc(")"))),
-    _enc("%"),
-    _alt(_rep(_BS, 1, 8), _lit("%5c"), _lit("%255c"), *[_lit(e) for e in _HTML_BACKSLASHES]),
-    _look(_ch(r'(?-i:[^nrtbfu"\\/\s])')),
-)
-
-
 #: Windows top folders holding a space: read as one segment after any drive form
 #: (``C:\\Program Files\\x``, ``/cygdrive/c/Program Files (x86)/x``), else the path
 #: would end at the space and the rest (a folder) would leak
@@ -354,8 +342,8 @@ def _folder_name(name: str) -> _P:
     the space also shell-escaped (``Program\\ Files``)."""
     parts: list[_P] = []
     for ch in name:
-        if ch == " ":
-            parts.append(_alt(_enc(" "), _lit("\\ ")))
+        if ch == " ":  # also doubled (``Program  Files``: a typo names the same folder)
+            parts.append(_rep(_alt(_enc(" "), _lit("\\ ")), 1, 3))
         elif ch in "()":
             parts.append(_enc(ch))
         else:
@@ -364,23 +352,95 @@ def _folder_name(name: str) -> _P:
 
 
 _SPACEY = _alt(*[_folder_name(w) for w in WIN_TOP_FOLDERS if " " in w])
+_ANY_SEP = _alt(_PS, _WS)
 
 
-def _spacey_after(sep: _P) -> _P:
-    """An optional space-holding top folder and the separator after it (lookahead)."""
-    return _opt(_seq(_SPACEY, _look(sep)))
+def _dotted(sep: _P) -> _P:
+    """A separator, then doubled ones and ``.`` segments (``\\.\\``, ``/./``, ``//``)."""
+    return _seq(sep, _rep(_alt(sep, _seq(_lit("."), sep)), 0, 3))
+
+
+def _then_spacey(sep: _P, after: _P) -> _P:
+    """``sep``, and the space-holding top folder after it when one follows (``.``
+    segments before it), up to the separator after it (lookahead). The folder is tried
+    with every spelling of ``sep`` before the bare separator is taken: an optional
+    folder after an alternation would settle for its first spelling (``\\`` of
+    ``\\u005c``) and end the path at the space."""
+    return _alt(_seq(_dotted(sep), _SPACEY, _look(after)), sep)
+
+
+#: any other ``%NAME%`` then a backslash is a Windows folder variable (``%FOO%\\x``);
+#: a letter first and three or more characters (``100%\\``, ``%s%\\n`` are no
+#: variables), backslashes (or ``%5C``, ``\\u005c``) and not a JSON escape after them,
+#: or a space-holding top folder after them (``%FOO%\\.\\Program Files\\``)
+_ANY_PCT_VAR = _seq(
+    _enc("%"),
+    _ch("[a-z]"),
+    _rep(_ch("[a-z0-9_]"), 2, 39),
+    _opt(_seq(_enc("("), _lit("x86"), _enc(")"))),
+    _enc("%"),
+    _alt(
+        # %FOO%\Program Files\...: the folder read whole (a JSON escape cannot follow)
+        _seq(_dotted(_WS), _SPACEY, _look(_ANY_SEP)),
+        _seq(
+            _alt(
+                _lit("\\u005c"),
+                _rep(_BS, 1, 8),
+                _lit("%5c"),
+                _lit("%255c"),
+                *[_lit(e) for e in _HTML_BACKSLASHES],
+            ),
+            _look(_ch(r'(?-i:[^nrtbfu"\\/\s])')),
+        ),
+    ),
+)
+
+
+#: an NT device name: a letter, then letters, digits, ``_``, ``-`` and braces
+#: (``HarddiskVolume3``, ``Mup``, ``NTPNP_PCI0015``, ``NPF_{guid}``), either separator
+_NT_DEVICE = _seq(_lit("device"), _ANY_SEP, _ch("[a-z]"), _rep(_ch("[a-z0-9_{}-]"), 0, 63))
+#: a volume without a drive letter is a drive form too: its space-holding top folder is
+#: read whole (``\\Device\\HarddiskVolume3\\Program Files\\``, as Process Explorer,
+#: Sysmon and ETW print image paths; ``\\\\?\\Volume{guid}\\``, ``\\\\?\\GLOBALROOT\\Device\\...``)
+_VOLUME_TOP = _seq(
+    _alt(
+        _seq(_opt(_seq(_lit("globalroot"), _ANY_SEP)), _NT_DEVICE),
+        _seq(_lit("volume"), _enc("{"), _rep(_ch("[0-9a-f-]"), 36, 36), _enc("}")),
+    ),
+    _dotted(_ANY_SEP),
+    _SPACEY,
+    _look(_ANY_SEP),
+)
+
+
+#: a share's root is a volume's too (``\\\\srv\\C$\\Program Files\\``, an admin share;
+#: ``\\\\?\\UNC\\srv\\share\\``): its space-holding top folder is read whole
+_SHARE_TOP = _seq(
+    _rep(_ch(r"[\w.$-]"), 1, 63),
+    _WS,
+    _rep(_ch(r"[\w.$-]"), 1, 80),
+    _dotted(_WS),
+    _SPACEY,
+    _look(_ANY_SEP),
+)
 
 
 def _device_start() -> _P:
-    """``\\\\?\\``, ``\\\\.\\``, ``\\??\\``, ``//?/`` (escaped or percent-encoded too)."""
+    """``\\\\?\\``, ``\\\\.\\``, ``\\??\\``, ``//?/`` (escaped or percent-encoded too), and the
+    object manager's ``\\GLOBAL??\\`` (the directory ``\\??\\`` names)."""
     q = _enc("?")
     lead = _alt(_rep(_BS, 2, 8), _rep(_BS_ENC, 2, 2), _seq(_PS, _PS))
     return _seq(
-        _alt(_seq(lead, _alt(q, _enc("."))), _seq(_alt(_rep(_BS, 1, 4), _BS_ENC), q, q)),
-        _alt(_WS, _PS),
-        # \\?\C:\Program Files\...: the drive's top folder read whole
         _alt(
-            _seq(_ch("[a-z]"), _enc(":"), _alt(_WS, _PS), _SPACEY, _look(_alt(_WS, _PS))),
+            _seq(lead, _alt(q, _enc("."))),
+            _seq(_alt(_rep(_BS, 1, 4), _BS_ENC), _opt(_lit("global")), q, q),
+        ),
+        _alt(_WS, _PS),
+        # \\?\C:\Program Files\...: the drive's (or volume's) top folder read whole
+        _alt(
+            _seq(_ch("[a-z]"), _enc(":"), _dotted(_alt(_WS, _PS)), _SPACEY, _look(_alt(_WS, _PS))),
+            _VOLUME_TOP,
+            _seq(_lit("unc"), _WS, _SHARE_TOP),
             _look(_ch(r"[\w{%]")),
         ),
     )
@@ -392,12 +452,11 @@ def _cfg_start(cfg_roots: tuple[str, ...]) -> _P:
     return _group("cfg", _seq(_PSEPS, _opt(_seq(_ALIAS_START, _PSEPS)), cfg, _root_end()))
 
 
-_ANY_SEP = _alt(_PS, _WS)
 #: a drive (C:/, /c/, /cygdrive/c/, /mnt/c/) and its space-holding top folder, read
 #: whole after a URI (file:///C:/Program Files/..., <scheme>://file/C:/Program Files/...)
 _DRIVE_TOP = _seq(
     _alt(
-        _seq(_ch("[a-z]"), _COLON, _ANY_SEP),
+        _seq(_ch("[a-z]"), _COLON, _dotted(_ANY_SEP)),
         _seq(_opt(_seq(_alt(_lit("cygdrive"), _lit("mnt")), _PSEPS)), _ch("[a-z]"), _PSEPS),
     ),
     _SPACEY,
@@ -416,7 +475,8 @@ def _remote_start(schemes: _P) -> _P:
             _seq(_alt(*[_lit(r) for r in REMOTE_SCHEMES]), _COLON, _PS, _PS),
             _seq(schemes, _COLON, _PS, _PS, _lit(REMOTE_SCHEME), _PS),
         ),
-        _lazy(_rep(_ch(r"[\w.+@%-]"), 1, 100)),
+        # the authority: ssh-remote+user@host:22, wsl+Ubuntu, ssh-remote+[::1]:22
+        _lazy(_rep(_ch(r"[\w.+@%:\[\]-]"), 1, 100)),
         _FILE_TAIL,
     )
 
@@ -428,6 +488,14 @@ def _file_start() -> _P:
     return _group(
         "file", _seq(_lit("file"), _COLON, _PS, _opt(_seq(_rep(_PS, 0, 3), host, _DRIVE_TOP)))
     )
+
+
+#: ``~`` and the HTML references a renderer shows as one (like :data:`_HTML_SLASHES`)
+_TILDE = _alt(
+    _lit("~"),
+    *[_lit(a + r) for a in ("&", "&amp;") for r in ("#126;", "#x7e;")],
+    _bare_ref("&#x7e", "&#126"),
+)
 
 
 def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
@@ -445,12 +513,9 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
     )
     user = _seq(_ch("[a-z_]"), _rep(_ch(r"[\w.-]"), 0, 31))
     unc_lead = _alt(_rep(_BS, 2, 8), _rep(_BS_ENC, 2, 2))
-    drive_sep = _alt(
-        _WS,
-        _seq(_lit("/"), _look(_ch("[^/]"))),
-        *[_lit(e) for e in ("%2f", "%252f", *_HTML_SLASHES)],
-        _bare_ref("&#x2f", "&#47"),
-    )
+    # every separator but a plain // (a URL host follows it); the escaped ones before a bare
+    # backslash (C:\u002fx is C:/x, not C:\ and a folder u002fx)
+    drive_sep = _alt(_BS_ENC, *_PS_ENC, _seq(_lit("/"), _look(_ch("[^/]"))), _rep(_BS, 1, 8))
     schemes = _alt(*[_lit(s) for s in EDITOR_SCHEMES])
     alts = []
     if cfg_roots:
@@ -470,32 +535,36 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
         ),
         _group("uri", _seq(_PS, _PS, _lit("file"), file_tail)),
         _group("device", _device_start()),
-        _group("unc", _seq(unc_lead, _rep(_ch(r"[\w.$-]"), 1, 63), _WS, share)),
-        _group("drive", _seq(_ch("[a-z]"), _COLON, drive_sep, _spacey_after(any_sep))),
+        _group(
+            "unc",
+            _seq(unc_lead, _alt(_SHARE_TOP, _seq(_rep(_ch(r"[\w.$-]"), 1, 63), _WS, share))),
+        ),
+        _group("drive", _seq(_ch("[a-z]"), _COLON, _then_spacey(drive_sep, any_sep))),
         # \\Users\\bob: no drive; NT namespace paths \\Device\\<name>\\..., \\SystemRoot\\...
         _group(
             "winroot",
             _seq(
                 _WS,
                 _alt(
-                    _lit("users"),
-                    _lit("systemroot"),
-                    # any NT device: HarddiskVolume3, HarddiskVolumeShadowCopy1, Mup, CdRom0
-                    _seq(_lit("device"), _WS, _ch("[a-z]"), _rep(_ch("[a-z0-9_]"), 0, 39)),
+                    # a volume's space-holding top folder: \\Device\\HarddiskVolume3\\Program Files
+                    _VOLUME_TOP,
+                    _seq(
+                        # any NT device: HarddiskVolume3, HarddiskVolumeShadowCopy1, Mup,
+                        # CdRom0, NTPNP_PCI0015, NPF_{guid}; \\Device/... (either separator)
+                        _alt(_lit("users"), _lit("systemroot"), _NT_DEVICE),
+                        _look(any_sep),
+                    ),
                 ),
-                _look(any_sep),
             ),
         ),
-        # ~/x, also HTML-encoded (&#126;/x, &#x7E;&#x2F;x; not &tilde;: that is U+02DC)
-        _group(
-            "tilde",
-            _seq(_alt(_lit("~"), _lit("&#126;"), _lit("&#x7e;")), _opt(user), _alt(_PS, _WS)),
-        ),
+        # ~/x, also HTML-encoded (&#126;/x, &#x7E;&#x2F;x; not &tilde;: that is U+02DC),
+        # escaped twice (&amp;#126;) or without its ; where no digit follows (&#126/x)
+        _group("tilde", _seq(_TILDE, _opt(user), _alt(_PS, _WS))),
         # "$HOME"/x: the shell's quoted variable (the closing quote is given back)
         _group(
             "var",
             _alt(
-                _seq(_var_start(), _opt(_lit('"')), any_sep, _spacey_after(any_sep)),
+                _seq(_var_start(), _opt(_lit('"')), _then_spacey(any_sep, any_sep)),
                 _ANY_PCT_VAR,
             ),
         ),
@@ -621,7 +690,7 @@ _JSON_U = re.compile(r"\\u[0-9a-fA-F]{4}")
 _JSON_ESCAPE = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/])')
 _TILDE_HEAD = re.compile(r"~[^/\\]*")
 #: ``~`` then a separator (a generic anchor, unlike ``~user/``)
-_TILDE_ALONE = re.compile(r"(?:~|&#126;|&#x7e;)[/\\%&]", re.IGNORECASE)
+_TILDE_ALONE = re.compile(r"(?:~|(?:&amp;)?&#(?:126|x7e);?)[/\\%&]", re.IGNORECASE)
 _NON_SEPARATOR = re.compile(r"[^/\\.]")
 _EMPTY_BODY = re.compile(rf"(?:{_PS.full}|{_WS.full}|\.)*", re.IGNORECASE)
 _SECOND_START = re.compile(r"\s(?=[/~\\%$&]|[a-z][a-z-]*(?::|%3a))", re.IGNORECASE)
@@ -647,7 +716,7 @@ _VAR_HEAD = re.compile(
 _USER_PARENT_NAMES = frozenset({"users", "home", "media", "documents and settings"})
 _USER_PARENT_LENS = frozenset({4, 5, 22})
 _WIN_START = frozenset({"drive", "unc", "device", "winroot"})
-_SP = r"(?: |%(?:25)?20|\\ )"
+_SP = r"(?: |%(?:25)?20|\\ ){1,3}"
 _SPACEY_TAIL = re.compile(
     rf"(?:program{_SP}files(?:{_SP}(?:\(|%(?:25)?28)x86(?:\)|%(?:25)?29))?"
     rf"|documents{_SP}and{_SP}settings)\Z"
@@ -903,10 +972,13 @@ def _normal_remote(s: str) -> str:
     return _canon_posix(rest[rest.find("/") :])
 
 
+_DEVICE_HEAD = re.compile(r"\\+[?.]\\+|\\+(?:global)?\?\?\\+", re.IGNORECASE)
+
+
 def _normal_device(s: str) -> str:
     """``\\\\?\\C:\\x`` -> ``C:\\x``; ``\\\\?\\UNC\\srv\\share`` -> ``\\\\srv\\share``."""
     s = s.replace("/", "\\")
-    m = re.match(r"\\+[?.]\\+|\\+\?\?\\+", s)
+    m = _DEVICE_HEAD.match(s)
     head = m.group() if m is not None else ""
     rest = s[len(head) :]
     if rest[:4].lower() == "unc\\":
@@ -945,8 +1017,8 @@ def file_name(path: str) -> str:
     if not folder:
         if name.startswith("~") or (name.lower() == "root" and trimmed[:1] == "/"):
             return "~"
-    elif len(parent) in _USER_PARENT_LENS:
-        low = parent.lower()
+    elif len(parent) in _USER_PARENT_LENS or "  " in parent:  # Documents  and Settings
+        low = " ".join(parent.lower().split())
         if low in _USER_PARENT_NAMES or (low == "user" and folder[-9:-5].lower() == "/run"):
             return "~"
     return name or "~"

@@ -251,9 +251,16 @@ def _configured(draw: st.DrawFn) -> _Raw:
     return _Raw(head, folders, leaf, tuple(secrets), name, True, "win")
 
 
+#: ``~`` as written, and as an HTML renderer may show it: a reference, escaped twice,
+#: without its ``;`` (HTML5 reads ``&#126/x`` as ``~/x``; the names after it start with
+#: ``zq``, no digit)
+_TILDES = ("~", "~", "~", "&#126;", "&#x7E;", "&#126", "&#x7e", "&amp;#126;", "&amp;#x7E;")
+
+
 @st.composite
 def _tilde(draw: st.DrawFn) -> _Raw:
     win = _pick(draw, _BOOLS) and _pick(draw, _BOOLS)
+    tilde = _pick(draw, _TILDES)
     if _pick(draw, _BOOLS):
         user = _secret(draw)
         folders, secrets = _folders(draw, 0, 2)
@@ -261,10 +268,10 @@ def _tilde(draw: st.DrawFn) -> _Raw:
             leaf, name = _leaf(draw, folders)
         else:  # ~user/ : that user's home itself
             leaf, name = "/", "~"
-        return _Raw("~" + user, folders, leaf, (user, *secrets), name, win, "posix")
+        return _Raw(tilde + user, folders, leaf, (user, *secrets), name, win, "posix")
     folders, secrets = _folders(draw)
     leaf, name = _leaf(draw, folders)
-    return _Raw("~", folders, leaf, tuple(secrets), name, win, "posix")
+    return _Raw(tilde, folders, leaf, tuple(secrets), name, win, "posix")
 
 
 @st.composite
@@ -289,6 +296,8 @@ def _var(draw: st.DrawFn) -> _Raw:
             ("%CommonProgramFiles%", True),
             ("%OneDriveCommercial%", True),
             ("%MyToolHome%", True),  # any %NAME% then a backslash
+            ("%MyToolHome%\\Program Files", True),  # and a space-holding folder
+            ("%SystemDrive%\\.\\Documents and Settings", True),
             ("${HOME:-/root}", False),  # a shell default
             ("$HOME", True),
         ],
@@ -296,6 +305,9 @@ def _var(draw: st.DrawFn) -> _Raw:
     folders, secrets = _folders(draw)
     leaf, name = _leaf(draw, folders)
     return _Raw(head, folders, leaf, tuple(secrets), name, win, "var")
+
+
+_GUID = "{12345678-abcd-1234-abcd-123456789abc}"
 
 
 @st.composite
@@ -320,19 +332,30 @@ def _windows(draw: st.DrawFn) -> _Raw:
         head = drive
     elif form == "ntdevice":  # \Device\HarddiskVolume3\...
         head = "\\" + _case(draw, "Device") + "\\" + _case(draw, "HarddiskVolume3")
-    elif form == "ntname":  # any NT device name
-        dev = _pick(draw, ["HarddiskVolumeShadowCopy1", "Mup", "CdRom0", "LanmanRedirector"])
-        head = "\\" + _case(draw, "Device") + "\\" + dev
+    elif form == "ntname":  # any NT device name, \Device\ or \Device/
+        dev = _pick(
+            draw,
+            ["HarddiskVolumeShadowCopy1", "Mup", "CdRom0", "NTPNP_PCI0015", "Serial-Port1"],
+        )
+        head = "\\" + _case(draw, "Device") + _pick(draw, ["\\", "/"]) + dev
     elif form == "systemroot":
         head = "\\" + _case(draw, "SystemRoot")
     elif form == "progfiles":  # C:\Program Files\..., also behind a device prefix
         top = _pick(draw, ["Program Files", "Program Files (x86)", "Documents and Settings"])
-        head = _pick(draw, ["", "\\\\?\\"]) + drive + "\\" + _case(draw, top)
+        lead = _pick(draw, ["", "", "\\\\?\\", "\\GLOBAL??\\"])
+        # a volume without a drive letter, a share's root (the server is a secret)
+        vol = _pick(
+            draw, ["", "", "", "\\Device\\HarddiskVolume3", "\\\\?\\Volume" + _GUID, "share"]
+        )
+        if vol == "share":
+            server = _secret(draw)
+            vol, secrets = "\\\\" + server + "\\C$", [server, *secrets]
+        head = (vol or lead + drive) + _pick(draw, ["\\", "\\", "\\.\\"]) + _case(draw, top)
     elif form == "unc":
         server = _secret(draw)
         head, secrets = "\\\\" + server, [server, *secrets]
     elif form == "device":
-        head = _pick(draw, ["\\\\?\\", "\\\\.\\", "\\??\\"]) + drive
+        head = _pick(draw, ["\\\\?\\", "\\\\.\\", "\\??\\", "\\GLOBAL??\\"]) + drive
     else:
         server = _secret(draw)
         head, secrets = "\\\\?\\UNC\\" + server, [server, *secrets]
@@ -373,12 +396,6 @@ def _json1(s: str, slash: bool, ascii_only: bool) -> str:
     return out.replace("/", "\\/") if slash else out
 
 
-#: a space-holding Windows top folder in an escaped spelling is a known gap
-#: (docs/rewriting.md): the generators leave those spellings out until it is closed
-_SPACE_HOLDING = re.compile(r"program files|documents and settings", re.IGNORECASE)
-_GAP_SPELLINGS = frozenset({"json_slash", "json_ascii", "json2", "odd_seps", "mixed"})
-
-
 def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
     """The path text of ``raw`` in one spelling."""
     sep = "\\" if raw.win else "/"
@@ -398,10 +415,11 @@ def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
             "pct2",
             "html",
             "mixed",
+            "uesc",
         ],
     )
-    if _SPACE_HOLDING.search(raw.head) and spelling in _GAP_SPELLINGS:
-        spelling = "plain"  # docs/rewriting.md, "Known gaps": not detected yet
+    if "&" in raw.head and spelling not in ("plain", "html", "json", "json_slash"):
+        spelling = "html"  # an HTML-encoded tilde: a renderer's text, not re-encoded
     if spelling == "shell" and raw.kind == "posix" and not raw.win and raw.folders:
         raw = raw._replace(folders=[raw.folders[0] + "\\ copy", *raw.folders[1:]])
     text = _join(raw, sep)
@@ -421,7 +439,9 @@ def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
                 "vscode-insiders://vscode-remote/",
             ],
         )
-        text = f"{scheme}{_pick(draw, ['ssh-remote+', 'wsl+', ''])}{raw.host}{text}"
+        user = _pick(draw, ["ssh-remote+", "ssh-remote+git@", "wsl+", ""])
+        port = _pick(draw, ["", "", ":22", ":2222"])  # an authority with a port
+        text = f"{scheme}{user}{raw.host}{port}{text}"
     elif raw.kind == "deeplink":
         scheme = _pick(draw, ["vscode", "vscode-insiders", "cursor", "windsurf", "myeditor"])
         line = _pick(draw, ["", ":12", ":3:7"])
@@ -444,6 +464,10 @@ def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
         refs = ["&#x5C;", "&#92;", "&bsol;", "&amp;#x5C;"]
         refs = refs if raw.win else ["&#x2F;", "&#47;", "&sol;", "&amp;#x2F;"]
         text = text.replace(sep, _pick(draw, refs))
+    elif spelling == "uesc" and raw.kind in ("posix", "var", "win"):
+        # \\u002f, \\u005c separators outside a JSON string (an escaper's output: every
+        # separator escaped, also those of a drive path written with forward slashes)
+        text = text.replace("\\", "\\u005c").replace("/", "\\u002f")
     elif spelling == "mixed" and raw.kind == "posix" and not raw.win and "/" not in raw.head[1:]:
         # /home\\bob\\x.txt: a POSIX root, then Windows separators
         i = len(raw.head)

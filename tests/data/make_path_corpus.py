@@ -969,6 +969,242 @@ c(
     [],
     "a hex digit after a bare reference makes another character; &tilde; is U+02DC; anchors alone",
 )
+# --- the known gaps of the third red-team pass, closed
+c(
+    "see C:"
+    + B
+    + "u005cProgram Files"
+    + B
+    + "u005cApp"
+    + B
+    + "u005ca.exe and C:"
+    + B
+    + "u002fProgram Files (x86)"
+    + B
+    + "u002fApp"
+    + B
+    + "u002fb.dll",
+    "see a.exe and b.dll",
+    [
+        "C:" + B + "Program Files" + B + "App" + B + "a.exe",
+        "C:" + B + "Program Files (x86)" + B + "App" + B + "b.dll",
+    ],
+    "a space-holding top folder after a \\u-escaped drive separator outside JSON",
+)
+c(
+    "C:" + B + "." + B + "Program Files" + B + "App" + B + "b.dll, "
+    "C:/./Documents and Settings/bob/c.txt",
+    "b.dll, c.txt",
+    [
+        "C:" + B + "Program Files" + B + "App" + B + "b.dll",
+        "C:" + B + "Documents and Settings" + B + "bob" + B + "c.txt",
+    ],
+    "a . segment before the space-holding top folder",
+)
+c(
+    "C:"
+    + B
+    + "/Program Files"
+    + B
+    + "/App"
+    + B
+    + "/e.txt d:"
+    + B
+    + B
+    + "/Program Files"
+    + B
+    + B
+    + "/App"
+    + B
+    + B
+    + "/f.txt",
+    "e.txt f.txt",
+    [
+        "C:" + B + "Program Files" + B + "App" + B + "e.txt",
+        "D:" + B + "Program Files" + B + "App" + B + "f.txt",
+    ],
+    "JSON-escaped slashes after the drive",
+)
+c(
+    "%MyTool%"
+    + B
+    + "Program Files (x86)"
+    + B
+    + "App"
+    + B
+    + "d.txt %SystemDrive%"
+    + B
+    + "."
+    + B
+    + "Program Files"
+    + B
+    + "App"
+    + B
+    + "e.txt",
+    "d.txt e.txt",
+    [
+        "%MyTool%" + B + "Program Files (x86)" + B + "App" + B + "d.txt",
+        "%SystemDrive%" + B + "Program Files" + B + "App" + B + "e.txt",
+    ],
+    "any %NAME% before a space-holding top folder",
+)
+c(
+    "C:" + B + "Program  Files" + B + "App" + B + "x.exe",
+    "x.exe",
+    ["C:" + B + "Program  Files" + B + "App" + B + "x.exe"],
+    "a doubled space in the top folder (a typo) is read as one",
+)
+c(
+    "&#126/proj/e.txt &amp;#126;/proj/f.txt &#x7E&#x2F;proj&#x2F;g.txt &amp;#x7e;bob/h.txt",
+    "e.txt f.txt g.txt h.txt",
+    ["~/proj/e.txt", "~/proj/f.txt", "~/proj/g.txt", "~bob/h.txt"],
+    "an HTML-encoded tilde without its ; or escaped twice",
+)
+c(
+    "&#1260/x &#x7Ebob/x &amp;#126/proj/x &#126; ok",
+    "&#1260/x &#x7Ebob/x &amp;#126/proj/x &#126; ok",
+    [],
+    "a digit after a bare tilde reference makes another character; twice and bare: no",
+)
+c(
+    B
+    + "Device"
+    + B
+    + "NTPNP_PCI0015"
+    + B
+    + "x"
+    + B
+    + "a.sys "
+    + B
+    + "Device/HarddiskVolume3/Users/bob/b.txt "
+    + B
+    + "Device"
+    + B
+    + "Foo-Bar"
+    + B
+    + "c.txt",
+    "a.sys b.txt c.txt",
+    [
+        B + "Device" + B + "NTPNP_PCI0015" + B + "x" + B + "a.sys",
+        B + "Device" + B + "HarddiskVolume3" + B + "Users" + B + "bob" + B + "b.txt",
+        B + "Device" + B + "Foo-Bar" + B + "c.txt",
+    ],
+    "NT device names with _ or -, and \\Device/",
+)
+c(
+    "open vscode://vscode-remote/ssh-remote+host:22/home/bob/x.py and "
+    "vscode-remote://ssh-remote+git@h.example:2222/srv/app/y.py",
+    "open x.py and y.py",
+    ["/home/bob/x.py", "/srv/app/y.py"],
+    "a remote authority with a port",
+)
+c(
+    B
+    + "GLOBAL??"
+    + B
+    + "C:"
+    + B
+    + "Users"
+    + B
+    + "bob"
+    + B
+    + "a.txt "
+    + B
+    + "Global??"
+    + B
+    + "C:"
+    + B
+    + "Program Files"
+    + B
+    + "App"
+    + B
+    + "b.txt",
+    "a.txt b.txt",
+    [
+        "C:" + B + "Users" + B + "bob" + B + "a.txt",
+        "C:" + B + "Program Files" + B + "App" + B + "b.txt",
+    ],
+    "the object manager's \\GLOBAL??\\ (what \\??\\ names)",
+)
+c(
+    B
+    + "Device"
+    + B
+    + "HarddiskVolume3"
+    + B
+    + "Program Files"
+    + B
+    + "App"
+    + B
+    + "a.exe "
+    + B
+    + B
+    + "?"
+    + B
+    + "Volume{12345678-abcd-1234-abcd-123456789abc}"
+    + B
+    + "Program Files (x86)"
+    + B
+    + "App"
+    + B
+    + "b.dll",
+    "a.exe b.dll",
+    [
+        B + "Device" + B + "HarddiskVolume3" + B + "Program Files" + B + "App" + B + "a.exe",
+        B
+        + B
+        + "?"
+        + B
+        + "Volume{12345678-abcd-1234-abcd-123456789abc}"
+        + B
+        + "Program Files (x86)"
+        + B
+        + "App"
+        + B
+        + "b.dll",
+    ],
+    "a volume without a drive letter reads its space-holding top folder whole",
+)
+c(
+    B
+    + B
+    + "srv"
+    + B
+    + "C$"
+    + B
+    + "Program Files"
+    + B
+    + "App"
+    + B
+    + "c.txt "
+    + B
+    + B
+    + "?"
+    + B
+    + "UNC"
+    + B
+    + "srv"
+    + B
+    + "share"
+    + B
+    + "Documents and Settings"
+    + B
+    + "bob"
+    + B
+    + "d.txt",
+    "c.txt d.txt",
+    [
+        B + B + "srv" + B + "C$" + B + "Program Files" + B + "App" + B + "c.txt",
+        B + B + "srv" + B + "share" + B + "Documents and Settings" + B + "bob" + B + "d.txt",
+    ],
+    "so does a share's root (an admin share, behind \\\\?\\UNC\\)",
+)
+c(
+    B + "Device" + B + "NPF_{12345678-abcd-1234-abcd-123456789abc}" + B + "x" + B + "e.txt",
+    "e.txt",
+    [B + "Device" + B + "NPF_{12345678-abcd-1234-abcd-123456789abc}" + B + "x" + B + "e.txt"],
+    "an NT device name with braces (Npcap)",
+)
 # --- long
 LONG = "/tmp/" + "d/" * 2500 + "final.txt"
 c(

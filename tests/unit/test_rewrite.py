@@ -508,3 +508,96 @@ def test_spellings_the_last_red_team_pass_found(text: str) -> None:
     for i in range(len(text) + 1):
         rw = StreamRewriter()
         assert rw.feed(text[:i]) + rw.feed(text[i:]) + rw.flush() == whole
+
+
+# --- the known gaps of the third red-team pass (docs/rewriting.md), every variant ---
+
+GAP_SECRET = "zqsecretgap01"
+_TOPS = ("Program Files", "PROGRAM FILES", "program files (x86)", "Documents and Settings")
+#: separators spelled outside a JSON string: \\u escapes, JSON-escaped slashes, plain
+_GAP_SEPS = ("\\u005c", "\\u005C", "\\u002f", "\\u002F", "\\/", "\\\\/", "\\", "/", "%5C")
+
+
+def _gap_cases() -> Iterator[tuple[str, str]]:
+    """(text, expected name): many variants of each spelling the red team found (a
+    separator, a ``.`` segment, the letter case, the form before it)."""
+    for i, sep in enumerate(_GAP_SEPS):
+        top = _TOPS[i % len(_TOPS)]
+        for head in ("C:", "d:"):
+            yield sep.join([head, top, GAP_SECRET, "b.txt"]), "b.txt"
+            yield sep.join([head, ".", top, GAP_SECRET, "b.txt"]), "b.txt"
+            yield sep.join([head, ".", ".", top, GAP_SECRET, "c.txt"]), "c.txt"
+            if sep != "/":  # C:// is a URL scheme's authority, no drive (docs)
+                yield sep.join([head, "", top, GAP_SECRET, "d.txt"]), "d.txt"
+        if sep in ("\\", "\\u005c", "\\u005C", "%5C"):  # %NAME% takes backslashes
+            for var in ("%MyToolHome%", "%FOO_BAR%", "%SystemDrive%", "%systemdrive%"):
+                yield sep.join([var, top, GAP_SECRET, "e.txt"]), "e.txt"
+                yield sep.join([var, ".", top, GAP_SECRET, "e.txt"]), "e.txt"
+    # a double space, a JSON-escaped backslash before the folder
+    yield f"C:\\Program  Files\\{GAP_SECRET}\\f.txt", "f.txt"
+    yield f"C:\\Documents  and  Settings\\{GAP_SECRET}\\f.txt", "f.txt"
+    yield f"C:\\\\Program Files\\\\{GAP_SECRET}\\\\f.txt", "f.txt"
+    yield f"/cygdrive/c/./Program Files/{GAP_SECRET}/f.txt", "f.txt"
+    yield f"\\\\?\\C:\\.\\Program Files\\{GAP_SECRET}\\f.txt", "f.txt"
+    yield f"file:///C:/./Program Files/{GAP_SECRET}/f.txt", "f.txt"
+    # an HTML-encoded tilde without its ; or escaped twice
+    for tilde in ("&#126", "&#x7E", "&#x7e", "&amp;#126;", "&amp;#x7E;", "&AMP;#X7E;"):
+        for sep in ("/", "&#x2F;", "&#47;", "\\"):
+            yield f"{tilde}{sep}{GAP_SECRET}{sep}g.txt", "g.txt"
+        yield f"{tilde}{GAP_SECRET}/h.txt", "h.txt"  # ~user/
+    # NT device names with _ or -, and \\Device/...
+    for dev in ("NTPNP_PCI0015", "Foo-Bar", "HarddiskVolume3", "Mup", "X_1-2"):
+        for s1, s2 in (("\\", "\\"), ("/", "/"), ("\\", "/"), ("/", "\\"), ("\\\\", "\\\\")):
+            lead = "\\" * len(s1)  # \\Device\\ in JSON text: the lead doubled too
+            yield f"{lead}Device{s1}{dev}{s2}{GAP_SECRET}{s2}i.txt", "i.txt"
+    yield f"\\DEVICE/mup/{GAP_SECRET}/i.txt", "i.txt"
+    # a remote authority with a port (also user@, an IPv6 literal, percent-encoded)
+    for auth in ("ssh-remote+host:22", "ssh-remote+u@h.example:2222", "ssh-remote+host%3A22"):
+        for scheme in ("vscode://vscode-remote/", "vscode-remote://", "cursor-remote://"):
+            yield f"{scheme}{auth}/home/{GAP_SECRET}/j.txt", "j.txt"
+    yield f"vscode-remote://ssh-remote+[::1]:22/srv/{GAP_SECRET}/j.txt", "j.txt"
+    yield f"vscode://vscode-remote/ssh-remote+host:22/C:/Program Files/{GAP_SECRET}/j.txt", "j.txt"
+    # a volume without a drive letter is a drive form too: its top folder read whole
+    # (Process Explorer, Sysmon and ETW print \Device\HarddiskVolume3\Program Files\...)
+    guid = "{12345678-abcd-1234-abcd-123456789abc}"
+    for vol in (
+        "\\Device\\HarddiskVolume3",
+        "\\device\\harddiskvolumeshadowcopy12",
+        "\\Device/HarddiskVolume3",
+        "\\\\?\\Volume" + guid,
+        "\\\\?\\GLOBALROOT\\Device\\HarddiskVolume3",
+        "\\\\.\\GLOBALROOT\\Device\\HarddiskVolume2",
+    ):
+        for top in ("Program Files", "program files (x86)", "Documents and Settings"):
+            for sep in ("\\", "\\.\\"):
+                yield f"{vol}{sep}{top}\\{GAP_SECRET}\\l.txt", "l.txt"
+    yield f"\\\\Device\\\\HarddiskVolume3\\\\Program Files\\\\{GAP_SECRET}\\\\l.txt", "l.txt"
+    yield f"%5CDevice%5CHarddiskVolume3%5CProgram%20Files%5C{GAP_SECRET}%5Cl.txt", "l.txt"
+    # a share's root too (an admin share C$, behind \\?\UNC\, JSON-escaped)
+    for share in ("\\\\zqsrv\\C$", "\\\\zqsrv\\share", "\\\\?\\UNC\\zqsrv\\d$"):
+        for top in ("Program Files", "Program Files (x86)", "documents and settings"):
+            yield f"{share}\\{top}\\{GAP_SECRET}\\n.txt", "n.txt"
+            yield f"{share}\\.\\{top}\\{GAP_SECRET}\\n.txt", "n.txt"
+    yield f"\\\\\\\\zqsrv\\\\C$\\\\Program Files\\\\{GAP_SECRET}\\\\n.txt", "n.txt"
+    # device names with braces (\Device\NPF_{guid}: Npcap adapters)
+    yield f"\\Device\\NPF_{guid}\\{GAP_SECRET}\\m.txt", "m.txt"
+    yield f"\\Device\\Tcpip_{guid}/{GAP_SECRET}/m.txt", "m.txt"
+    # the NT object manager's global DOS device directory
+    yield f"\\GLOBAL??\\C:\\{GAP_SECRET}\\k.txt", "k.txt"
+    yield f"\\Global??\\C:\\Program Files\\{GAP_SECRET}\\k.txt", "k.txt"
+
+
+GAP_CASES = list(_gap_cases())
+
+
+@pytest.mark.parametrize(("text", "name"), GAP_CASES, ids=[t for t, _ in GAP_CASES])
+def test_the_known_gaps_are_closed(text: str, name: str) -> None:
+    """The path is replaced whole: nothing of its folders remains (not the secret, not the
+    space-holding folder's words), whole and at every split point."""
+    for before, after in (("see ", " ok"), ("", "")):
+        whole = rewrite(before + text + after)
+        assert whole == before + name + after, (text, whole)
+        t = before + text + after
+        for i in range(len(t) + 1):
+            rw = StreamRewriter()
+            assert rw.feed(t[:i]) + rw.feed(t[i:]) + rw.flush() == whole, i
