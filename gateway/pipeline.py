@@ -55,7 +55,7 @@ from gateway.events import (
     Usage,
 )
 from gateway.paths import DEFAULT_MAX_PATH_CHARS, PathDetector, could_contain_path
-from gateway.rewrite import Piece, StreamRewriter, render
+from gateway.rewrite import Piece, StreamRewriter, render, scrub_identifier
 from gateway.shapes import (
     FINISH_REASONS,
     ROLES,
@@ -208,6 +208,17 @@ class Scrubber:
         ]
         if len(paths) > 1:
             await many(paths)
+
+    def names(self, text: str) -> str:
+        """One-shot rewrite of a short string, every path its name (no link, no pause)."""
+        if not could_contain_path(text):
+            return text
+        rw = self.rewriter()
+        return rw.feed(text) + rw.flush()
+
+    def identifier(self, text: str) -> str:
+        """An identifier (a model id): :func:`gateway.rewrite.scrub_identifier`."""
+        return scrub_identifier(text, self.names)
 
     async def text(self, text: str, *, name_only: bool = False) -> str:
         """One-shot rewrite of a complete string."""
@@ -442,7 +453,7 @@ class ChatPipeline(Scrubber):
         meta = Meta(
             id=check_id(raw[0]) or old.id,
             created=check_created(raw[1]) or old.created,
-            model=await self.text(model, name_only=True) if isinstance(model, str) else old.model,
+            model=self.identifier(model) if isinstance(model, str) else old.model,
             system_fingerprint=check_id(raw[3]),
         )
         if meta != old or not self._meta_sent:

@@ -25,6 +25,8 @@ event loop.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Callable, Iterable
 from urllib.parse import quote
 
@@ -43,7 +45,16 @@ from gateway.paths import (
 Resolver = Callable[[str], "str | None"]
 Piece = str | PathMatch
 
-__all__ = ["Piece", "Resolver", "StreamRewriter", "md_escape", "name_only", "render", "rewrite"]
+__all__ = [
+    "Piece",
+    "Resolver",
+    "StreamRewriter",
+    "md_escape",
+    "name_only",
+    "render",
+    "rewrite",
+    "scrub_identifier",
+]
 
 
 def name_only(path: str) -> None:
@@ -219,3 +230,48 @@ def rewrite(
     """One-shot rewrite of a whole string (same result as any streaming chunking)."""
     rw = StreamRewriter(resolver, extra_roots=extra_roots, max_path_chars=max_path_chars)
     return rw.feed(text) + rw.flush()
+
+
+#: where a path glued after a word may start inside an identifier
+GLUE = frozenset("/\\%~$&")
+#: the longest identifier read separator by separator; a longer one is a stand-in
+MAX_IDENTIFIER = 256
+
+
+def scrub_identifier(text: str, scrub: Callable[[str], str] = rewrite) -> str:
+    """``text`` as an identifier (a model id, ``root``, ``parent``), its paths as names.
+
+    An identifier is not prose, so the prose rule "a path never starts after a letter"
+    (``and/or``, ``km/h``) protects nothing there: ``local/Users/alice/m`` names a host
+    path. Every separator after a word, and every letter a drive or scheme may start
+    with, is tried as a start too, left to right; a path
+    found there becomes its name behind a ``/`` (``local/m``). Longer than
+    :data:`MAX_IDENTIFIER` after ``scrub``: no identifier, a stable stand-in
+    (``id_<hash>``) in its place.
+    """
+    out = scrub(text)
+    if len(out) > MAX_IDENTIFIER:
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        return "id_" + digest[:24]
+    i = 1
+    while i < len(out):
+        if _glued_start(out, i):
+            tail = out[i:]
+            named = scrub(tail)
+            if named != tail:
+                out = out[:i] + "/" + named.lstrip("/\\")
+        i += 1
+    return out
+
+
+def _glued_start(text: str, i: int) -> bool:
+    """Could a path glued to what precedes start at ``text[i]``: a separator, or a
+    letter that may open a drive (``C:``) or a scheme (``file:``, ``vscode:``)?"""
+    c = text[i]
+    if c in GLUE:
+        return True
+    return c.isascii() and c.isalpha() and _COLON.search(text, i + 1, i + 24) is not None
+
+
+#: a colon as a drive or a scheme may spell it (plain, percent, HTML, JSON)
+_COLON = re.compile(r":|%(?:25)*3a|&#0*58|&#x0*3a|&colon|\\u003a", re.IGNORECASE)

@@ -43,7 +43,7 @@ import trio
 
 from gateway.config import UpstreamConfig
 from gateway.errors import GatewayError, Overloaded, UpstreamError, UpstreamHTTPError
-from gateway.rewrite import rewrite
+from gateway.rewrite import rewrite, scrub_identifier
 
 __all__ = [
     "MAX_ERROR_BODY",
@@ -61,6 +61,8 @@ MAX_RETRY_AFTER = 86400
 _CODE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 #: the fields of a model object relayed from ``/models`` (strings rewritten)
 MODEL_FIELDS = ("id", "object", "created", "owned_by", "root", "parent", "max_model_len")
+#: the model fields that name a model (a path glued after a word in them is a path)
+IDENTIFIER_FIELDS = frozenset({"id", "root", "parent"})
 
 Scrub = Callable[[str], str]
 
@@ -299,7 +301,9 @@ class Models:
         out: dict[str, Any] = {"object": "model"}
         for key in MODEL_FIELDS:
             value = m.get(key)
-            if isinstance(value, str) and key != "object":
+            if isinstance(value, str) and key in IDENTIFIER_FIELDS:
+                out[key] = scrub_identifier(value, self._scrub)
+            elif isinstance(value, str) and key != "object":
                 out[key] = self._scrub(value)
             elif isinstance(value, int) and not isinstance(value, bool):
                 out[key] = value

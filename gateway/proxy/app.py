@@ -43,7 +43,7 @@ from gateway.proxy.health import GatewayHealth
 from gateway.proxy.identity import Identity, identify, identity_hint, requested_mode
 from gateway.proxy.stream import RemoteRunSource, RunEventStage, gateway_error
 from gateway.relay import Relay, RelayOptions
-from gateway.rewrite import rewrite
+from gateway.rewrite import rewrite, scrub_identifier
 from gateway.shapes import check_id, check_usage, loads_bounded
 from gateway.state import extra_roots
 from gateway.upstream import new_client
@@ -214,7 +214,7 @@ def _models(data: Any, scrub: Callable[[str], str]) -> dict[str, Any]:
     out = []
     for m in items if isinstance(items, list) else ():
         if isinstance(m, dict) and isinstance(m.get("id"), str):
-            entry: dict[str, Any] = {"id": scrub(m["id"]), "object": "model"}
+            entry: dict[str, Any] = {"id": scrub_identifier(m["id"], scrub), "object": "model"}
             for key in ("created", "owned_by"):
                 value = m.get(key)
                 if isinstance(value, str):

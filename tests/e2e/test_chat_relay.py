@@ -1163,6 +1163,7 @@ async def test_unknown_events_are_scrubbed_whole_and_model_paths_too(
             event="hermes.tool.progress",
         )
         + encode_json({**chunk({"content": "ok"}), "model": "/home/bob/models/llama-3"})
+        + encode_json({**chunk({"content": "!"}), "model": "local/home/bob/models/llama-3"})
         + STOP_EVENT
         + DONE
     )
@@ -1173,3 +1174,4 @@ async def test_unknown_events_are_scrubbed_whole_and_model_paths_too(
     assert r.status_code == 200
     assert "/Users/alice" not in r.text and "/home/bob" not in r.text
     assert "plan.txt" in r.text and "b.txt" in r.text and '"model":"llama-3"' in r.text
+    assert '"model":"local/llama-3"' in r.text

@@ -244,7 +244,9 @@ async def test_models_named_by_their_path(nursery: trio.Nursery, tmp_path: Path)
                 "owned_by": "vllm",
                 "max_model_len": 8192,
                 "permission": [{"secret": "/Users/alice/x"}],
-            }
+            },
+            # glued after a word: an id is no prose, the path is still a path
+            {"id": "local/Users/alice/models/qwen.gguf", "parent": "m\\Users\\alice\\q"},
         ],
     }
 
@@ -264,11 +266,17 @@ async def test_models_named_by_their_path(nursery: trio.Nursery, tmp_path: Path)
         for shown in (mine, via_proxy):
             assert "/Users" not in json.dumps(shown) and "alice" not in json.dumps(shown)
             assert shown["data"][0]["id"] == "llama-3-8b"
+            assert shown["data"][1]["id"] == "local/qwen.gguf"
         assert "permission" not in mine["data"][0] and mine["data"][0]["max_model_len"] == 8192
         resp = await stream(c, {"model": "llama-3-8b"})
         assert resp.status_code == 200
+        sent = json.loads(transport.requests[-1].content)
+        assert sent["model"] == "/Users/alice/models/llama-3-8b"  # mapped back on the way in
+        assert mine["data"][1]["parent"] == "m/q"
+        resp = await stream(c, {"model": "local/qwen.gguf"})
+        assert resp.status_code == 200
     sent = json.loads(transport.requests[-1].content)
-    assert sent["model"] == "/Users/alice/models/llama-3-8b"  # mapped back on the way in
+    assert sent["model"] == "local/Users/alice/models/qwen.gguf"
 
 
 async def test_upstream_error_message_scrubbed_with_the_roots(
