@@ -520,7 +520,9 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
     alts = []
     if cfg_roots:
         alts.append(_cfg_start(cfg_roots))
-    share = _look(_ch(r"[\w.$%-]"))
+    # a share's name may start with a JSON-escaped letter (``\u00e9quipe``: JSON text
+    # written with ensure_ascii; found by the soak with HTML-encoded separators)
+    share = _look(_alt(_ch(r"[\w.$%-]"), _seq(_lit("\\u"), _ch("[0-9a-f]"))))
     return [
         *alts,
         # a default root may be followed by a Windows separator: /home\\bob\\x (mixed),
