@@ -193,11 +193,35 @@ class LeanResponse:
         self._left -= len(data)
         return data
 
+    def _finish_nowait(self) -> None:
+        """Read the rest of the body if it is already here (never waits): a relay stops
+        at ``[DONE]``, and the chunked body's last chunk is usually in the socket
+        already; with it the connection can be reused instead of closed."""
+        sock: Any = getattr(self._stream.socket, "_sock", None)
+        if sock is None or len(self._pending) > READ_BYTES:
+            return
+        try:
+            for _ in range(4):  # a few reads at most: a long rest is not worth it
+                data = self._pending or sock.recv(READ_BYTES)
+                self._pending = b""
+                if not data:
+                    self._reusable = False
+                    return
+                self._take(data)
+                if self._done:
+                    return
+        except (BlockingIOError, InterruptedError):
+            return
+        except (OSError, httpx.HTTPError):
+            self._reusable = False
+
     async def aclose(self) -> None:
         """Recycle the connection (body read to the end, keep-alive) or close it."""
         if self.is_closed:
             return
         self.is_closed = True
+        if not self._done and self._reusable:
+            self._finish_nowait()
         if self._done and self._reusable:
             self._pool.put(self._stream)
         else:

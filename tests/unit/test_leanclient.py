@@ -235,3 +235,23 @@ def test_lean_only_where_httpx_would_do_nothing_more(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
     u = Upstream(UpstreamConfig(base_url="http://model.example:8000/v1"))
     assert u._lean is None
+
+
+async def test_a_body_left_at_its_last_event_is_finished_if_already_here() -> None:
+    # a relay stops reading at [DONE]; the chunked body's end is usually in the socket
+    writes = [HEAD, chunk(EVENTS[0]), b"0\r\n\r\n"]
+    async with raw_server(lambda n: writes) as srv:
+        u = upstream(srv.url, lean=True)
+        for _ in range(2):
+            resp = await u.open_chat_stream(BODY_IN, "p")
+            assert isinstance(resp, LeanResponse)
+            assert await resp.__anext__() == EVENTS[0]
+            await trio.sleep(0.05)  # the last chunk arrived meanwhile
+            await resp.aclose()
+        assert len(srv.connections) == 1  # finished without waiting, and reused
+        resp = await u.open_chat_stream(BODY_IN, "p")
+        assert isinstance(resp, LeanResponse)
+        assert await resp.__anext__() == EVENTS[0]
+        await resp.aclose()  # the end is not here yet: never waited for, closed
+        assert not u._lean._idle  # type: ignore[union-attr]
+        await u.aclose()
