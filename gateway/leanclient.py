@@ -228,6 +228,20 @@ class LeanResponse:
             await trio.aclose_forcefully(self._stream)
 
 
+def _send_nowait(stream: trio.SocketStream, data: bytes) -> bytes | memoryview:
+    """What is left of ``data`` after one non-blocking ``send(2)``: a request fits the
+    socket's buffer, so it leaves without a timeout scope or a trip through the
+    scheduler (trio's ``send_all`` takes both); the rest, if any, goes the usual way."""
+    sock: Any = getattr(stream.socket, "_sock", None)
+    if sock is None:
+        return data
+    try:
+        sent = sock.send(data)
+    except (BlockingIOError, InterruptedError):
+        return data
+    return memoryview(data)[sent:] if sent < len(data) else b""
+
+
 class _Unanswered(Exception):
     """A reused connection failed before any byte of an answer (retried once)."""
 
@@ -309,8 +323,10 @@ class LeanPool:
     ) -> LeanResponse:
         try:
             try:
-                with trio.fail_after(self.connect_timeout):  # httpx's write timeout
-                    await stream.send_all(data)
+                rest = _send_nowait(stream, data)
+                if rest:
+                    with trio.fail_after(self.connect_timeout):  # httpx's write timeout
+                        await stream.send_all(rest)
             except trio.TooSlowError:
                 raise httpx.WriteTimeout("timed out writing to the upstream") from None
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:

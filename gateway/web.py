@@ -26,11 +26,13 @@ from typing import Any
 
 import trio
 from quart import Response, request
+from quart.utils import encode_headers
 from quart.wrappers.response import ResponseBody
 from quart_trio import QuartTrio
 from quart_trio.asgi import TrioASGIHTTPConnection
 from werkzeug.exceptions import HTTPException
 
+from gateway.connections import WRITES_KEY
 from gateway.errors import AuthError, GatewayError, RequestError
 from gateway.logs import log_access
 from gateway.shapes import JSONTooDeep, loads_bounded
@@ -101,6 +103,38 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
                 await stack.aclose()
             self._finished(scope, seen[0], seen[1], time.perf_counter() - t0)
 
+    async def _send_response(self, send: Any, response: Any) -> None:
+        body = getattr(response, "response", None)
+        writes = self.scope.get(WRITES_KEY)
+        if type(body) is not ChannelBody or writes is None:
+            await super()._send_response(send, response)
+            return
+        await self._send_stream(send, response, body, writes)
+
+    async def _send_stream(self, send: Any, response: Any, body: ChannelBody, writes: Any) -> None:
+        """quart's ``_send_response`` for a relayed stream, its writes joined: what is
+        ready together leaves in one write (the head with the events already relayed,
+        the last events with the body's end), and nothing ever waits for more."""
+        writes.cork()
+        try:
+            start = {"status": response.status_code, "headers": encode_headers(response.headers)}
+            await send({"type": "http.response.start", **start})
+            async with body as chunks:
+                # the relay's first step (what is here already): its producer was started
+                # with this batch of runnable tasks, whose order trio randomizes, so it has
+                # run once the second pass begins
+                await trio.lowlevel.checkpoint()
+                await trio.lowlevel.checkpoint()
+                if not body.ready():
+                    await writes.flush()
+                async for data in chunks:
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                    if not body.ready():
+                        await writes.flush()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            await writes.flush(uncork=True)
+
     def _finished(self, scope: Any, status: int, nbytes: int, seconds: float) -> None:
         route = scope.get("gateway.route", "unmatched")
         hook = getattr(self.app, "on_request", None)
@@ -155,6 +189,11 @@ class ChannelBody(ResponseBody):
     def __aiter__(self) -> AsyncIterator[bytes]:
         assert self._recv is not None
         return self._recv.__aiter__()
+
+    def ready(self) -> bool:
+        """Would the next chunk come without waiting (the channel's ``ready``)?"""
+        ready = getattr(self._cm, "ready", None)
+        return bool(ready()) if ready is not None else False
 
 
 def sse_response(body: ChannelBody) -> Response:
