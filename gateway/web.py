@@ -93,7 +93,7 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
         app: Any = self.app
         app.inflight_requests += 1
         try:
-            await super().__call__(receive, counting_send)
+            await self._serve(receive, counting_send)
         finally:
             app.inflight_requests -= 1
             if app.inflight_requests == 0 and app.no_requests is not None:
@@ -102,6 +102,16 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
                 cs.shield = True
                 await stack.aclose()
             self._finished(scope, seen[0], seen[1], time.perf_counter() - t0)
+
+    async def _serve(self, receive: Any, send: Any) -> None:
+        """quart-trio's ``__call__`` with the request handled in this task (it started
+        one task for the messages and one for the request, and waited for both): the
+        body of a nursery is inside its cancel scope, so a disconnect seen by the
+        message task still cancels the request, and the request's end the messages."""
+        request = self._create_request_from_scope(send)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.handle_messages, nursery, request, receive)
+            await self.handle_request(nursery, request, send)
 
     async def _send_response(self, send: Any, response: Any) -> None:
         body = getattr(response, "response", None)
