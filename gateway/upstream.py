@@ -355,8 +355,9 @@ class Upstream:
         if transport is not None or url.scheme != "http" or not lean_available():
             return None
         client: Any = self._client
-        if client._transport_for_url(url) is not client._transport:
-            return None  # a proxy from the environment: httpx routes it
+        route = getattr(client, "_transport_for_url", None)  # httpx 0.28's (private)
+        if route is None or route(url) is not getattr(client, "_transport", None):
+            return None  # a proxy from the environment (or an unknown httpx): httpx routes it
         fixed = [
             (k, v) for k, v in self._stream_headers if k.lower() not in ("host", "content-length")
         ]
