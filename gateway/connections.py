@@ -80,6 +80,8 @@ from hypercorn.utils import parse_socket_addr
 log = logging.getLogger("gateway.connections")
 
 POLICY_ATTR = "gateway_connection_policy"
+#: the scope key of the connection whose writes an app may join (GatewayTCPServer.cork)
+WRITES_KEY = "gateway.writes"
 #: a refused request whose declared body is at most this is read and dropped (keep-alive)
 DISCARD_LIMIT = 64 * 1024
 #: after deciding to close: read and drop what the client still sends, this long at most
@@ -331,6 +333,11 @@ class GatewayH11Protocol(H11Protocol):
                 http_version=request.http_version,
             )
         await super()._create_stream(request)
+        # the app (spawned, not yet run) may join its writes (see GatewayTCPServer.cork)
+        server = getattr(self.send, "__self__", None)
+        scope = getattr(self.stream, "scope", None)
+        if isinstance(server, GatewayTCPServer) and isinstance(scope, dict):
+            scope[WRITES_KEY] = server
 
     async def stream_send(self, event: StreamEvent) -> None:
         if isinstance(event, StreamClosed):
@@ -694,10 +701,36 @@ class GatewayTCPServer(TCPServer):
             policy.refusing -= 1
             await trio.aclose_forcefully(self.stream)
 
+    # Joined writes: while an app has corked the connection (``scope[WRITES_KEY]``), the
+    # bytes of its events are kept and leave in one write at ``flush``; any other event
+    # (recycle, close) flushes first, so the order on the wire is unchanged. The SSE
+    # response path uses it so that what is ready together (head, events, the body's
+    # end) leaves in one ``send(2)`` (gateway.web.GatewayHTTPConnection).
+
+    _corked: list[bytes] | None = None
+
+    def cork(self) -> None:
+        if self._corked is None:
+            self._corked = []
+
+    async def flush(self, *, uncork: bool = False) -> None:
+        held = self._corked
+        if uncork:
+            self._corked = None
+        elif held is not None:
+            self._corked = []
+        if held:
+            await self._send_raw(RawData(data=held[0] if len(held) == 1 else b"".join(held)))
+
     async def protocol_send(self, event: Event) -> None:
         if isinstance(event, RawData):
+            if self._corked is not None:
+                self._corked.append(event.data)
+                return
             await self._send_raw(event)
             return
+        if self._corked:
+            await self.flush()
         if isinstance(event, Updated):
             if event.idle:  # recycled: the next head's clock starts with its first byte
                 proto = self._h11
@@ -944,6 +977,7 @@ def log_fd_limit(limit: FdLimit, max_connections: int) -> None:
 __all__ = [
     "DISCARD_LIMIT",
     "LINGER_SECONDS",
+    "WRITES_KEY",
     "ConnectionPolicy",
     "FdLimit",
     "GatewayH11Protocol",

@@ -225,6 +225,11 @@ class Relay(Generic[In, Ev, Out]):
             joined: Out = self._opts.join(parts)
             return joined
 
+    def ready(self) -> bool:
+        """Would ``__anext__`` return without waiting (output queued, or the end)?"""
+        stats = self._recv.statistics()
+        return stats.current_buffer_used > 0 or stats.open_send_channels == 0
+
     def _limit(self) -> float:
         """The silence allowed now: before the first item the first-byte bound."""
         if not self._got_data and self._opts.first_byte_seconds is not None:

@@ -32,7 +32,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpx
 import trio
 
 from gateway.errors import GatewayError, Interrupted, NotFound, RunLogFull
@@ -46,6 +45,7 @@ from gateway.runbus import RunBus, follow_events
 from gateway.sources import SSESource
 from gateway.sse import encode_comment
 from gateway.store import LeaseLost, RunRecord, Store, StoreError
+from gateway.upstream import StreamResponse
 
 __all__ = ["TERMINALS", "JournalSource", "Runs", "new_run_id"]
 
@@ -293,7 +293,7 @@ class Runs:
     async def execute(
         self,
         rec: RunRecord,
-        open_stream: Callable[[], Awaitable[httpx.Response]],
+        open_stream: Callable[[], Awaitable[StreamResponse]],
         stage: ChatPipeline,
         front: JournalFront,
         summarize: Summarize,
@@ -388,12 +388,12 @@ class _Job:
 
     async def run(
         self,
-        open_stream: Callable[[], Awaitable[httpx.Response]],
+        open_stream: Callable[[], Awaitable[StreamResponse]],
         opts: RelayOptions,
         before_complete: Callable[[], Awaitable[None]] | None,
     ) -> None:
         front, stage, local = self.front, self.stage, self.local
-        resp: httpx.Response | None = None
+        resp: StreamResponse | None = None
         with local.opening:
             try:
                 resp = await open_stream()
@@ -411,7 +411,7 @@ class _Job:
 
     async def _relay(
         self,
-        resp: httpx.Response,
+        resp: StreamResponse,
         opts: RelayOptions,
         before_complete: Callable[[], Awaitable[None]] | None,
     ) -> None:

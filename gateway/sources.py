@@ -17,13 +17,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-import httpx
 import trio
 
 from gateway.errors import UpstreamError
 from gateway.leanbody import LeanBody
+from gateway.leanclient import LeanResponse
 from gateway.sse import SSEDecoder, SSEEvent
-from gateway.upstream import close_quietly, translate
+from gateway.upstream import StreamResponse, close_quietly, translate
 
 __all__ = ["SSESource", "abandon"]
 
@@ -36,7 +36,7 @@ class SSESource:
         chunks: AsyncIterator[bytes],
         *,
         max_event_bytes: int = 1 << 20,
-        response: httpx.Response | None = None,
+        response: StreamResponse | None = None,
     ) -> None:
         self._chunks = chunks
         self._decoder = SSEDecoder(max_event_bytes=max_event_bytes)
@@ -44,12 +44,14 @@ class SSESource:
         self._closed = False
 
     @classmethod
-    def from_response(cls, resp: httpx.Response, *, max_event_bytes: int) -> SSESource:
+    def from_response(cls, resp: StreamResponse, *, max_event_bytes: int) -> SSESource:
+        chunks: AsyncIterator[bytes]
+        if isinstance(resp, LeanResponse):  # read in bulk already (gateway.leanclient)
+            chunks = resp.aiter_bytes() if resp.content_encoded else resp.aiter_raw()
+            return cls(chunks, max_event_bytes=max_event_bytes, response=resp)
         encoded = resp.headers.get("content-encoding", "identity").lower() not in ("", "identity")
         # a compressed body needs httpx's decoders; a plain one is read in bulk
-        chunks: AsyncIterator[bytes] = (
-            resp.aiter_bytes() if encoded else LeanBody.attach(resp) or resp.aiter_raw()
-        )
+        chunks = resp.aiter_bytes() if encoded else LeanBody.attach(resp) or resp.aiter_raw()
         return cls(chunks, max_event_bytes=max_event_bytes, response=resp)
 
     async def read(self) -> list[SSEEvent] | None:
@@ -71,7 +73,7 @@ class SSESource:
         if self._closed:
             return
         self._closed = True
-        if isinstance(self._chunks, LeanBody):
+        if isinstance(self._chunks, LeanBody | LeanResponse):
             await self._chunks.aclose()
         else:
             await abandon(self._chunks)

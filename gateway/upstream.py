@@ -35,19 +35,22 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import httpx
 import trio
 
 from gateway.config import UpstreamConfig
 from gateway.errors import GatewayError, Overloaded, UpstreamError, UpstreamHTTPError
+from gateway.leanclient import SAFE_VALUE, LeanPool, LeanResponse
+from gateway.leanclient import available as lean_available
 from gateway.rewrite import rewrite, scrub_identifier
 
 __all__ = [
     "MAX_ERROR_BODY",
     "Models",
+    "StreamResponse",
     "Upstream",
     "close_quietly",
     "retry_after_seconds",
@@ -55,6 +58,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("gateway.upstream")
+R = TypeVar("R")
 
 MAX_ERROR_BODY = 64 * 1024
 MAX_RETRY_AFTER = 86400
@@ -65,6 +69,8 @@ MODEL_FIELDS = ("id", "object", "created", "owned_by", "root", "parent", "max_mo
 IDENTIFIER_FIELDS = frozenset({"id", "root", "parent"})
 
 Scrub = Callable[[str], str]
+#: an open upstream stream: httpx's, or the lean client's (:mod:`gateway.leanclient`)
+StreamResponse = httpx.Response | LeanResponse
 
 #: the codes this module gives (an upstream's own 4xx codes are not among them)
 OWN_CODES = frozenset(
@@ -342,8 +348,30 @@ class Upstream:
         fixed["Content-Type"] = "application/json"
         self._stream_headers = fixed.multi_items()
         self._stream_timeout = {"timeout": self._client.timeout.as_dict()}
+        self._lean = self._lean_pool(transport, cfg.connect_timeout_seconds)
+
+    def _lean_pool(
+        self, transport: httpx.AsyncBaseTransport | None, connect_timeout: float
+    ) -> LeanPool | None:
+        """The lean client for the streaming request, where httpx would do nothing
+        more: plain HTTP, httpx's own transport, no proxy for this URL."""
+        url = self._chat_url
+        if transport is not None or url.scheme != "http" or not lean_available():
+            return None
+        client: Any = self._client
+        route = getattr(client, "_transport_for_url", None)  # httpx 0.28's (private)
+        if route is None or route(url) is not getattr(client, "_transport", None):
+            return None  # a proxy from the environment (or an unknown httpx): httpx routes it
+        fixed = [
+            (k, v) for k, v in self._stream_headers if k.lower() not in ("host", "content-length")
+        ]
+        if not all(SAFE_VALUE.fullmatch(k) and _safe_value(v) for k, v in fixed):
+            return None
+        return LeanPool(url, fixed, connect_timeout=connect_timeout)
 
     async def aclose(self) -> None:
+        if self._lean is not None:
+            await self._lean.aclose()
         await self._client.aclose()
 
     def _headers(self, principal_id: str) -> dict[str, str]:
@@ -356,9 +384,13 @@ class Upstream:
         return body
 
     async def _send(self, req: httpx.Request, *, stream: bool) -> httpx.Response:
+        return await self._bounded(self._client.send, req, stream=stream)
+
+    async def _bounded(self, call: Callable[..., Awaitable[R]], *args: Any, **kw: Any) -> R:
+        """``call``'s answer within ``first_byte_timeout_seconds``, errors translated."""
         try:
             with trio.fail_after(self.first_byte_seconds):
-                return await self._client.send(req, stream=stream)
+                return await call(*args, **kw)
         except trio.TooSlowError:
             raise UpstreamError(
                 f"The upstream model server did not answer within "
@@ -369,20 +401,26 @@ class Upstream:
         except Exception as exc:  # httpx errors and OS errors alike
             raise translate(exc) from exc
 
-    async def open_chat_stream(self, body: dict[str, Any], principal_id: str) -> httpx.Response:
+    async def open_chat_stream(self, body: dict[str, Any], principal_id: str) -> StreamResponse:
         """Start a streaming chat completion; the caller must ``aclose()`` the response.
 
         Anything but ``200 text/event-stream`` is read (bounded), closed and raised as an
         :class:`UpstreamHTTPError` before anything is streamed to the client.
         """
-        req = httpx.Request(
-            "POST",
-            self._chat_url,
-            content=_json_bytes(self._body(body)),
-            headers=[*self._stream_headers, ("X-Gateway-Principal", principal_id)],
-            extensions=dict(self._stream_timeout),
-        )
-        resp = await self._send(req, stream=True)
+        content = _json_bytes(self._body(body))
+        resp: StreamResponse
+        if self._lean is not None and _safe_value(principal_id):
+            extra = [("X-Gateway-Principal", principal_id)]
+            resp = await self._bounded(self._lean.post, content, extra)
+        else:
+            req = httpx.Request(
+                "POST",
+                self._chat_url,
+                content=content,
+                headers=[*self._stream_headers, ("X-Gateway-Principal", principal_id)],
+                extensions=dict(self._stream_timeout),
+            )
+            resp = await self._send(req, stream=True)
         ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
         if resp.status_code == 200 and ctype == "text/event-stream":
             return resp
@@ -474,13 +512,18 @@ class Upstream:
         return data
 
 
+def _safe_value(value: str) -> bool:
+    """A header value the lean client writes as it is (visible ASCII, spaces inside)."""
+    return bool(value) and value.isascii() and value.isprintable() and value == value.strip()
+
+
 def _json_bytes(body: dict[str, Any]) -> bytes:
     """A request body as httpx's ``json=`` encodes it."""
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
 async def _read_bounded(
-    resp: httpx.Response, limit: int = MAX_ERROR_BODY, *, strict: bool = False
+    resp: StreamResponse, limit: int = MAX_ERROR_BODY, *, strict: bool = False
 ) -> bytes:
     """Up to ``limit`` bytes of a body; ``strict``: a broken read is an error, not the end."""
     out = bytearray()
@@ -495,7 +538,7 @@ async def _read_bounded(
     return bytes(out)
 
 
-async def close_quietly(resp: httpx.Response, limit_seconds: float = 2.0) -> None:
+async def close_quietly(resp: StreamResponse, limit_seconds: float = 2.0) -> None:
     """Close an upstream response even while being cancelled (bounded)."""
     if resp.is_closed:
         return  # closed already (a relay's source closes it; the request's stack again)

@@ -26,11 +26,13 @@ from typing import Any
 
 import trio
 from quart import Response, request
+from quart.utils import encode_headers
 from quart.wrappers.response import ResponseBody
 from quart_trio import QuartTrio
 from quart_trio.asgi import TrioASGIHTTPConnection
 from werkzeug.exceptions import HTTPException
 
+from gateway.connections import WRITES_KEY
 from gateway.errors import AuthError, GatewayError, RequestError
 from gateway.logs import log_access
 from gateway.shapes import JSONTooDeep, loads_bounded
@@ -91,7 +93,7 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
         app: Any = self.app
         app.inflight_requests += 1
         try:
-            await super().__call__(receive, counting_send)
+            await self._serve(receive, counting_send)
         finally:
             app.inflight_requests -= 1
             if app.inflight_requests == 0 and app.no_requests is not None:
@@ -100,6 +102,48 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
                 cs.shield = True
                 await stack.aclose()
             self._finished(scope, seen[0], seen[1], time.perf_counter() - t0)
+
+    async def _serve(self, receive: Any, send: Any) -> None:
+        """quart-trio's ``__call__`` with the request handled in this task (it started
+        one task for the messages and one for the request, and waited for both): the
+        body of a nursery is inside its cancel scope, so a disconnect seen by the
+        message task still cancels the request, and the request's end the messages."""
+        request = self._create_request_from_scope(send)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.handle_messages, nursery, request, receive)
+            await self.handle_request(nursery, request, send)
+
+    async def _send_response(self, send: Any, response: Any) -> None:
+        body = getattr(response, "response", None)
+        writes = self.scope.get(WRITES_KEY)
+        if type(body) is not ChannelBody or writes is None:
+            await super()._send_response(send, response)
+            return
+        await self._send_stream(send, response, body, writes)
+
+    async def _send_stream(self, send: Any, response: Any, body: ChannelBody, writes: Any) -> None:
+        """quart's ``_send_response`` for a relayed stream, its writes joined: what is
+        ready together leaves in one write (the head with the events already relayed,
+        the last events with the body's end), and nothing ever waits for more."""
+        writes.cork()
+        try:
+            start = {"status": response.status_code, "headers": encode_headers(response.headers)}
+            await send({"type": "http.response.start", **start})
+            async with body as chunks:
+                # the relay's first step (what is here already): its producer was started
+                # with this batch of runnable tasks, whose order trio randomizes, so it has
+                # run once the second pass begins
+                await trio.lowlevel.checkpoint()
+                await trio.lowlevel.checkpoint()
+                if not body.ready():
+                    await writes.flush()
+                async for data in chunks:
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                    if not body.ready():
+                        await writes.flush()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            await writes.flush(uncork=True)
 
     def _finished(self, scope: Any, status: int, nbytes: int, seconds: float) -> None:
         route = scope.get("gateway.route", "unmatched")
@@ -155,6 +199,11 @@ class ChannelBody(ResponseBody):
     def __aiter__(self) -> AsyncIterator[bytes]:
         assert self._recv is not None
         return self._recv.__aiter__()
+
+    def ready(self) -> bool:
+        """Would the next chunk come without waiting (the channel's ``ready``)?"""
+        ready = getattr(self._cm, "ready", None)
+        return bool(ready()) if ready is not None else False
 
 
 def sse_response(body: ChannelBody) -> Response:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import httpx
 from quart import Response, request
 
 from gateway.auth import Caller
@@ -14,7 +13,7 @@ from gateway.pipeline import ChatPipeline
 from gateway.relay import Front, Relay, RelayOptions
 from gateway.sources import SSESource
 from gateway.state import GatewayState, current
-from gateway.upstream import close_quietly, metric_code
+from gateway.upstream import StreamResponse, close_quietly, metric_code
 from gateway.web import ChannelBody, cleanup_stack, json_body, max_json_depth, sse_response
 
 __all__ = ["authenticate", "body", "open_upstream", "relay_response", "stream_pipeline"]
@@ -30,7 +29,7 @@ async def body() -> dict[str, Any]:
     return await json_body(max_json_depth(current().config))
 
 
-async def open_upstream(st: GatewayState, ubody: dict[str, Any], pid: str) -> httpx.Response:
+async def open_upstream(st: GatewayState, ubody: dict[str, Any], pid: str) -> StreamResponse:
     """Open the upstream stream (closed with the request, whatever happens)."""
     t0 = time.perf_counter()
     try:
@@ -61,7 +60,7 @@ def relay_response(
 def stream_pipeline(
     st: GatewayState,
     route: str,
-    resp: httpx.Response,
+    resp: StreamResponse,
     pipeline: ChatPipeline,
     front: Front[Any, bytes],
     opts: RelayOptions | None = None,

@@ -139,7 +139,10 @@ def start(tmp: Path, wrap: list[str] | None = None) -> Procs:
     )
     log.close()
     gw_url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
+    # 60 s: under cProfile on a loaded machine the start-up (the detector's regexes)
+    # alone took longer than the 15 s this waited before
+    until = time.monotonic() + 60
+    while time.monotonic() < until:
         try:
             with urllib.request.urlopen(gw_url + "/health", timeout=1) as r:
                 if r.status == 200:

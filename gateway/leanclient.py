@@ -1,0 +1,376 @@
+"""A lean HTTP/1.1 client for the one request the gateway makes per stream.
+
+Opening the upstream stream through httpx cost a chat request ≈ a quarter of its CPU
+(`python -m harness.bench profile --requests`): the client's send chain (auth,
+redirects, the transport, httpcore's pool and connection objects), ``h11`` building
+and validating the request head, and the head and the body written in two
+``send(2)``\\ s. :class:`LeanPool` makes the streaming chat request itself, on plain
+``http://`` only, when nothing else would route it (no custom transport, no proxy):
+
+* the request (the fixed head built once, the principal, the body) leaves in one write
+  on a pooled keep-alive connection (idle ones checked for EOF before reuse, dropped
+  after :data:`KEEPALIVE_EXPIRY` s, at most ``max_idle`` kept);
+* the response head is parsed by ``h11``'s own reader and validated as ``h11`` does
+  (status line, header lines, ``Content-Length`` / ``Transfer-Encoding``, body framing,
+  keep-alive): a head h11 refuses is an ``httpx.RemoteProtocolError`` here too;
+* the body is decoded in bulk (:class:`gateway.chunked.ChunkedDecoder` for chunked
+  bodies; ``Content-Length`` and close-delimited bodies as they come), one item per
+  socket read, like :class:`gateway.leanbody.LeanBody`; a compressed body goes through
+  httpx's decoders;
+* every failure is the httpx exception httpx would raise (``ConnectError``,
+  ``ConnectTimeout``, ``WriteError``, ``ReadError``, ``RemoteProtocolError``), so
+  :func:`gateway.upstream.translate` maps them as before; no cookie is read or sent;
+* closing a response returns its connection to the pool only when its body was read
+  to the end and both sides keep the connection alive; a response left early (the
+  client went away, a cancel) closes its connection.
+
+Everything else (non-streaming calls, ``/models``, the probe, HTTPS, a proxy, a test
+transport) keeps httpx.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import trio
+
+from gateway.chunked import ChunkedDecoder, ChunkedError
+
+__all__ = ["KEEPALIVE_EXPIRY", "LeanPool", "LeanResponse", "available"]
+
+log = logging.getLogger("gateway.upstream")
+
+#: seconds an idle pooled connection is kept (httpx's default keep-alive expiry)
+KEEPALIVE_EXPIRY = 5.0
+#: bytes asked of the socket per read (httpcore's own size)
+READ_BYTES = 64 * 1024
+#: the longest response head accepted (h11's default ``max_incomplete_event_size``)
+MAX_HEAD = 16 * 1024
+#: a header value the lean path writes as is (else the request goes through httpx)
+SAFE_VALUE = re.compile(r"[\x21-\x7e]{1,256}")
+
+try:  # h11's own head reader and framing rules (private: checked, never guessed)
+    import h11
+    from h11._connection import _body_framing, _keep_alive
+    from h11._readers import maybe_read_from_SEND_RESPONSE_server
+    from h11._receivebuffer import ReceiveBuffer
+    from httpx._decoders import SUPPORTED_DECODERS
+
+    _OK = True
+except ImportError:  # pragma: no cover - another h11/httpx: httpx for every request
+    _OK = False
+
+
+def available() -> bool:
+    return _OK
+
+
+def _decoders(encoding: str) -> list[Any]:
+    """httpx's decoders for a ``Content-Encoding`` (unknown codings pass, as in httpx)."""
+    out: list[Any] = []
+    for coding in reversed([c.strip().lower() for c in encoding.split(",")]):
+        cls = SUPPORTED_DECODERS.get(coding) if coding not in ("", "identity") else None
+        if cls is not None:
+            out.append(cls())
+    return out
+
+
+class LeanResponse:
+    """A streaming response of :class:`LeanPool` (the parts of ``httpx.Response`` the
+    gateway reads: ``status_code``, ``headers``, ``aiter_raw``/``aiter_bytes``,
+    ``is_closed``, ``aclose``)."""
+
+    __slots__ = (
+        "_decoder",
+        "_done",
+        "_left",
+        "_pending",
+        "_pool",
+        "_reusable",
+        "_stream",
+        "headers",
+        "is_closed",
+        "status_code",
+    )
+
+    def __init__(
+        self,
+        pool: LeanPool,
+        stream: trio.SocketStream,
+        event: Any,
+        framing: tuple[str, tuple[int, ...]],
+        pending: bytes,
+    ) -> None:
+        self._pool = pool
+        self._stream = stream
+        self.status_code: int = event.status_code
+        self.headers = httpx.Headers([(bytes(k), bytes(v)) for k, v in event.headers.raw_items()])
+        kind, args = framing
+        self._decoder = ChunkedDecoder() if kind == "chunked" else None
+        self._left = args[0] if kind == "content-length" else -1  # -1: until EOF
+        self._reusable = kind != "http/1.0" and _keep_alive(event)
+        self._pending = pending
+        self._done = self._left == 0
+        self.is_closed = False
+
+    @property
+    def content_encoded(self) -> bool:
+        return self.headers.get("content-encoding", "identity").lower() not in ("", "identity")
+
+    def aiter_raw(self) -> AsyncIterator[bytes]:
+        """The body's payload, one item per socket read (framing removed)."""
+        return self
+
+    def __aiter__(self) -> LeanResponse:
+        return self
+
+    async def __anext__(self) -> bytes:
+        while not self._done and not self.is_closed:
+            data = self._pending or await self._read()
+            self._pending = b""
+            payload = self._take(data)
+            if payload:
+                return payload
+        raise StopAsyncIteration
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body decoded (``Content-Encoding``), as httpx's ``aiter_bytes``."""
+        decoders = _decoders(self.headers.get("content-encoding", ""))
+        try:
+            async for raw in self:
+                for d in decoders:
+                    raw = d.decode(raw)
+                if raw:
+                    yield raw
+            tail = b""
+            for d in decoders:
+                tail = d.decode(tail) + d.flush()
+            if tail:
+                yield tail
+        except httpx.DecodingError:
+            raise
+        except (ValueError, OSError) as exc:  # pragma: no cover - decoders raise DecodingError
+            raise httpx.DecodingError(str(exc)) from exc
+
+    async def _read(self) -> bytes:
+        try:
+            data = bytes(await self._stream.receive_some(READ_BYTES))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise httpx.ReadError(str(exc)) from exc
+        if not data:
+            if self._left < 0 and self._decoder is None:  # close-delimited: the end
+                self._done = True
+                self._reusable = False
+                return b""
+            raise httpx.RemoteProtocolError(
+                "peer closed connection without sending complete message body"
+            )
+        return data
+
+    def _take(self, data: bytes) -> bytes:
+        """The payload ``data`` carries; marks the end of the body."""
+        decoder = self._decoder
+        if decoder is not None:
+            try:
+                payload = decoder.feed(data)
+            except ChunkedError as exc:
+                raise httpx.RemoteProtocolError(str(exc)) from None
+            if decoder.done:
+                self._done = True
+                self._reusable = self._reusable and not decoder.leftover
+            return payload
+        if self._left < 0:
+            return data
+        if len(data) >= self._left:
+            if len(data) > self._left:  # bytes after the body: never reuse the connection
+                self._reusable = False
+            data = data[: self._left]
+            self._done = True
+        self._left -= len(data)
+        return data
+
+    def _finish_nowait(self) -> None:
+        """Read the rest of the body if it is already here (never waits): a relay stops
+        at ``[DONE]``, and the chunked body's last chunk is usually in the socket
+        already; with it the connection can be reused instead of closed."""
+        sock: Any = getattr(self._stream.socket, "_sock", None)
+        if sock is None or len(self._pending) > READ_BYTES:
+            return
+        try:
+            for _ in range(4):  # a few reads at most: a long rest is not worth it
+                data = self._pending or sock.recv(READ_BYTES)
+                self._pending = b""
+                if not data:
+                    self._reusable = False
+                    return
+                self._take(data)
+                if self._done:
+                    return
+        except (BlockingIOError, InterruptedError):
+            return
+        except (OSError, httpx.HTTPError):
+            self._reusable = False
+
+    async def aclose(self) -> None:
+        """Recycle the connection (body read to the end, keep-alive) or close it."""
+        if self.is_closed:
+            return
+        self.is_closed = True
+        if not self._done and self._reusable:
+            self._finish_nowait()
+        if self._done and self._reusable:
+            self._pool.put(self._stream)
+        else:
+            await trio.aclose_forcefully(self._stream)
+
+
+def _send_nowait(stream: trio.SocketStream, data: bytes) -> bytes | memoryview:
+    """What is left of ``data`` after one non-blocking ``send(2)``: a request fits the
+    socket's buffer, so it leaves without a timeout scope or a trip through the
+    scheduler (trio's ``send_all`` takes both); the rest, if any, goes the usual way."""
+    sock: Any = getattr(stream.socket, "_sock", None)
+    if sock is None:
+        return data
+    try:
+        sent = sock.send(data)
+    except (BlockingIOError, InterruptedError):
+        return data
+    return memoryview(data)[sent:] if sent < len(data) else b""
+
+
+class _Unanswered(Exception):
+    """A reused connection failed before any byte of an answer (retried once)."""
+
+
+class LeanPool:
+    """Keep-alive connections to one ``http://`` origin, for streaming POSTs."""
+
+    def __init__(
+        self,
+        url: httpx.URL,
+        headers: list[tuple[str, str]],
+        *,
+        connect_timeout: float,
+        max_idle: int = 100,
+    ) -> None:
+        self.host = url.host
+        self.port = url.port or 80
+        self.connect_timeout = connect_timeout
+        self.max_idle = max_idle
+        self._idle: list[tuple[trio.SocketStream, float]] = []
+        fixed = [
+            f"POST {url.raw_path.decode('ascii')} HTTP/1.1",
+            f"Host: {url.netloc.decode('ascii')}",
+            *(f"{k}: {v}" for k, v in headers),
+        ]
+        self._head = ("\r\n".join(fixed) + "\r\n").encode("latin-1")
+        self._closed = False
+
+    def request_bytes(self, body: bytes, extra: list[tuple[str, str]]) -> bytes:
+        """The whole request: the fixed head, ``extra`` headers, the length, the body."""
+        tail = "".join(f"{k}: {v}\r\n" for k, v in extra)
+        return b"".join(
+            (self._head, f"{tail}Content-Length: {len(body)}\r\n\r\n".encode("latin-1"), body)
+        )
+
+    async def _connect(self) -> trio.SocketStream:
+        try:
+            with trio.fail_after(self.connect_timeout):
+                return await trio.open_tcp_stream(self.host, self.port)
+        except trio.TooSlowError:
+            raise httpx.ConnectTimeout("timed out connecting to the upstream") from None
+        except OSError as exc:
+            raise httpx.ConnectError(str(exc)) from exc
+
+    def _take_idle(self) -> trio.SocketStream | None:
+        """A pooled connection still usable (not expired, nothing to read: no EOF)."""
+        now = trio.current_time()
+        while self._idle:
+            stream, since = self._idle.pop()
+            if now - since < KEEPALIVE_EXPIRY and not stream.socket.is_readable():
+                return stream
+            stream.socket.close()
+        return None
+
+    def put(self, stream: trio.SocketStream) -> None:
+        if self._closed or len(self._idle) >= self.max_idle:
+            stream.socket.close()
+            return
+        self._idle.append((stream, trio.current_time()))
+
+    async def post(self, body: bytes, extra: list[tuple[str, str]]) -> LeanResponse:
+        """Send the request in one write and read the response head; the body is left
+        for the caller (who must ``aclose()`` the response).
+
+        A pooled connection the server closed while we reused it (its FIN or reset
+        crossed our request: nothing of a response came back) is retried once on a
+        new connection: the server never read that request."""
+        data = self.request_bytes(body, extra)
+        stream = self._take_idle()
+        if stream is not None:
+            try:
+                return await self._exchange(stream, data)
+            except _Unanswered:
+                pass
+        return await self._exchange(await self._connect(), data, fresh=True)
+
+    async def _exchange(
+        self, stream: trio.SocketStream, data: bytes, *, fresh: bool = False
+    ) -> LeanResponse:
+        try:
+            try:
+                rest = _send_nowait(stream, data)
+                if rest:
+                    with trio.fail_after(self.connect_timeout):  # httpx's write timeout
+                        await stream.send_all(rest)
+            except trio.TooSlowError:
+                raise httpx.WriteTimeout("timed out writing to the upstream") from None
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                raise (httpx.WriteError if fresh else _Unanswered)(str(exc)) from exc
+            return await self._response(stream, fresh)
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+
+    async def _response(self, stream: trio.SocketStream, fresh: bool) -> LeanResponse:
+        buf = ReceiveBuffer()
+        while True:
+            try:
+                event = maybe_read_from_SEND_RESPONSE_server(buf)
+            except h11.ProtocolError as exc:
+                raise httpx.RemoteProtocolError(str(exc)) from None
+            if event is None:
+                if len(buf) > MAX_HEAD:
+                    raise httpx.RemoteProtocolError("the response head is too long")
+                try:
+                    data = await stream.receive_some(READ_BYTES)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    if not fresh and not len(buf):
+                        raise _Unanswered(str(exc)) from exc
+                    raise httpx.ReadError(str(exc)) from exc
+                if not data:
+                    if not fresh and not len(buf):
+                        raise _Unanswered("closed before answering")
+                    raise httpx.RemoteProtocolError(
+                        "Server disconnected without sending a response."
+                    )
+                buf += data
+                fresh = True  # an answer began: no retry from here on
+                continue
+            if not isinstance(event, h11.Response):
+                continue  # 100 Continue and the like: the response follows
+            try:
+                framing = _body_framing(b"POST", event)
+            except (h11.ProtocolError, ValueError) as exc:  # pragma: no cover - h11 validated
+                raise httpx.RemoteProtocolError(str(exc)) from None
+            rest = buf.maybe_extract_at_most(len(buf)) or b""
+            return LeanResponse(self, stream, event, framing, bytes(rest))
+
+    async def aclose(self) -> None:
+        self._closed = True
+        while self._idle:
+            self._idle.pop()[0].socket.close()

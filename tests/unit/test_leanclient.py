@@ -1,0 +1,257 @@
+"""The lean streaming client (gateway/leanclient.py) against httpx, over a real socket.
+
+The same scripted raw server as tests/unit/test_leanbody.py. Every answer is opened
+twice through :meth:`gateway.upstream.Upstream.open_chat_stream`: once by the lean
+client, once by httpx (the lean pool switched off); both must give the same events or
+the same error (code, status, message, Retry-After).
+"""
+
+from __future__ import annotations
+
+import gzip
+import socket
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from gateway.config import UpstreamConfig
+from gateway.errors import GatewayError
+from gateway.leanclient import LeanResponse
+from gateway.sources import SSESource
+from gateway.upstream import Upstream
+from tests.unit.test_leanbody import BODY, CUTS, EVENTS, HEAD, chunk, raw_server, split
+
+BODY_IN = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+
+
+def upstream(url: str, *, lean: bool, first_byte: float = 5.0, **kw: Any) -> Upstream:
+    cfg = UpstreamConfig(base_url=url + "/v1", first_byte_timeout_seconds=first_byte, **kw)
+    u = Upstream(cfg, scrub=lambda s: s.replace("/srv/secret/", ""))
+    if lean:
+        assert u._lean is not None
+    else:
+        u._lean = None
+    return u
+
+
+async def events_of(u: Upstream) -> list[bytes]:
+    resp = await u.open_chat_stream(BODY_IN, "principal-1")
+    source = SSESource.from_response(resp, max_event_bytes=1 << 20)
+    out: list[bytes] = []
+    try:
+        while (batch := await source.read()) is not None:
+            out.extend(e.data.encode() for e in batch)
+    finally:
+        await source.aclose()
+    return out
+
+
+async def outcome(u: Upstream) -> Any:
+    try:
+        return await events_of(u)
+    except GatewayError as exc:
+        return (exc.code, exc.status, str(exc), exc.retry_after)
+
+
+async def both(url: str, **kw: Any) -> tuple[Any, Any]:
+    lean, plain = upstream(url, lean=True, **kw), upstream(url, lean=False, **kw)
+    try:
+        return await outcome(lean), await outcome(plain)
+    finally:
+        await lean.aclose()
+        await plain.aclose()
+
+
+@pytest.mark.parametrize("cuts", CUTS, ids=range(len(CUTS)))
+async def test_same_events_as_httpx_and_the_connection_is_reused(cuts: tuple[int, ...]) -> None:
+    writes = [HEAD, *split(BODY, *cuts)]
+    async with raw_server(lambda n: writes) as srv:
+        got, ref = await both(srv.url)
+        assert got == ref and len(got) == len(EVENTS)
+        u = upstream(srv.url, lean=True)
+        before = len(srv.connections)
+        for _ in range(3):
+            assert await events_of(u) == ref
+        await u.aclose()
+        assert len(srv.connections) == before + 1  # one keep-alive connection, reused
+
+
+async def test_the_request_is_what_httpx_sends() -> None:
+    seen: list[bytes] = []
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+
+    async def handle(stream: trio.SocketStream) -> None:
+        buf = b""
+        while b"\r\n\r\n" not in buf or not buf.endswith(b"}"):
+            buf += await stream.receive_some(65536)
+        seen.append(buf)
+        await stream.send_all(HEAD + BODY)
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.serve_listeners, handle, listeners)
+        await both(f"http://127.0.0.1:{port}", api_key="sk-up")
+        nursery.cancel_scope.cancel()
+
+    def parsed(raw: bytes) -> tuple[bytes, dict[bytes, bytes], bytes]:
+        head, _, body = raw.partition(b"\r\n\r\n")
+        line, *fields = head.split(b"\r\n")
+        pairs = (f.split(b": ", 1) for f in fields)
+        return line, {k.lower(): v for k, v in pairs}, body
+
+    lean, plain = parsed(seen[0]), parsed(seen[1])
+    assert lean == plain
+    assert lean[1][b"authorization"] == b"Bearer sk-up"
+    assert lean[1][b"x-gateway-principal"] == b"principal-1"
+    assert b"cookie" not in lean[1]
+
+
+ERRORS = {
+    "html-200": [b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 6\r\n\r\n<html>"],
+    "429": [
+        b"HTTP/1.1 429 Too Many\r\nRetry-After: 7\r\nContent-Type: application/json\r\n"
+        b'Content-Length: 36\r\n\r\n{"error": {"message": "slow down."}}'
+    ],
+    "bad-retry-after": [b"HTTP/1.1 429 Too Many\r\nRetry-After: soon\r\nContent-Length: 0\r\n\r\n"],
+    "500-scrubbed": [
+        b"HTTP/1.1 500 Oops\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + chunk(b'{"error": {"message": "no /srv/secret/a.txt"}}')
+        + b"0\r\n\r\n"
+    ],
+    "401": [b"HTTP/1.1 401 No\r\nContent-Length: 0\r\n\r\n"],
+    "404-no-api": [b"HTTP/1.1 404 Not Found\r\n\r\nnothing here"],
+    "redirect": [b"HTTP/1.1 307 Moved\r\nLocation: /elsewhere\r\nContent-Length: 0\r\n\r\n"],
+    "model-4xx": [
+        b"HTTP/1.1 400 Bad\r\nContent-Length: 55\r\n\r\n"
+        b'{"error": {"message": "nope", "code": "model_not_found"}}'[:55]
+    ],
+    "garbage-head": [b"SMTP ready\r\n\r\n"],
+    "bad-header": [b"HTTP/1.1 200 OK\r\nBad Header\r\n\r\n"],
+    "two-lengths": [b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab"],
+    "gzip-te": [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n"],
+    "cut-in-head": [b"HTTP/1.1 200 OK\r\nContent-Ty"],
+    "cut-in-body": [HEAD + chunk(EVENTS[0]) + b"5\r\nab"],
+    "bad-chunk": [HEAD + chunk(EVENTS[0]) + b"zz\r\n"],
+    "continue-then-200": [b"HTTP/1.1 100 Continue\r\n\r\n" + HEAD + BODY],
+    "content-length-sse": [
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(b"".join(EVENTS)), b"".join(EVENTS))
+    ],
+    "close-delimited-sse": [
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n",
+        b"".join(EVENTS),
+    ],
+    "gzip-sse": [
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n"
+        + chunk(gzip.compress(b"".join(EVENTS)))
+        + b"0\r\n\r\n"
+    ],
+    "http10-sse": [
+        b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + b"".join(EVENTS[:3])
+    ],
+}
+
+
+@pytest.mark.parametrize("name", list(ERRORS))
+async def test_every_answer_as_httpx(name: str) -> None:
+    async with raw_server(lambda n: ERRORS[name], close_after=True) as srv:
+        got, ref = await both(srv.url)
+    assert got == ref, name
+    if isinstance(ref, list):
+        assert ref, name
+    else:
+        assert ref[0].startswith("upstream_") or ref[0] == "model_not_found", ref
+
+
+async def test_connect_errors_and_silence_as_httpx() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    got, ref = await both(f"http://127.0.0.1:{port}")
+    assert got == ref and got[0] == "upstream_unreachable"
+
+    async def silent(stream: trio.SocketStream) -> None:
+        await trio.sleep_forever()
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.serve_listeners, silent, listeners)
+        got, ref = await both(f"http://127.0.0.1:{port}", first_byte=0.2)
+        nursery.cancel_scope.cancel()
+    assert got == ref and got[0] == "upstream_timeout" and got[1] == 504
+
+
+async def test_leaving_early_or_a_server_that_closes_never_reuses() -> None:
+    writes = [HEAD, chunk(EVENTS[0]), chunk(EVENTS[1]), b"0\r\n\r\n"]
+    async with raw_server(lambda n: writes) as srv:
+        u = upstream(srv.url, lean=True)
+        resp = await u.open_chat_stream(BODY_IN, "p")
+        assert isinstance(resp, LeanResponse)
+        assert await resp.__anext__() == EVENTS[0]
+        await resp.aclose()  # left early: that connection is closed
+        assert await events_of(u) == [e.strip().removeprefix(b"data: ") for e in EVENTS[:2]]
+        assert len(srv.connections) == 2
+        assert await events_of(u)
+        assert len(srv.connections) == 2  # the one read to the end was reused
+        await u.aclose()
+    async with raw_server(lambda n: [HEAD + BODY], close_after=True) as srv:
+        u = upstream(srv.url, lean=True)
+        for _ in range(3):  # a pooled connection the server closed: a fresh one each time
+            assert len(await events_of(u)) == len(EVENTS)  # (retried if it crossed the FIN)
+        for _ in range(2):
+            await trio.sleep(0.05)  # the FIN arrived before the reuse: not reused
+            assert len(await events_of(u)) == len(EVENTS)
+        assert len(srv.connections) == 5
+        await u.aclose()
+
+
+async def test_cancelled_while_waiting_closes_the_connection() -> None:
+    async with raw_server(lambda n: [HEAD, chunk(EVENTS[0])]) as srv:
+        u = upstream(srv.url, lean=True)
+        resp = await u.open_chat_stream(BODY_IN, "p")
+        assert isinstance(resp, LeanResponse)
+        with trio.move_on_after(0.1):
+            async for _ in resp:
+                pass
+        await resp.aclose()
+        assert not u._lean._idle  # type: ignore[union-attr]
+        await u.aclose()
+
+
+def test_lean_only_where_httpx_would_do_nothing_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert upstream("http://127.0.0.1:9", lean=True)._lean is not None
+    u = Upstream(UpstreamConfig(base_url="https://example.com/v1"))
+    assert u._lean is None
+    u = Upstream(
+        UpstreamConfig(base_url="http://127.0.0.1:9/v1"),
+        transport=httpx.MockTransport(lambda r: httpx.Response(200)),
+    )
+    assert u._lean is None
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.invalid:3128")
+    u = Upstream(UpstreamConfig(base_url="http://model.example:8000/v1"))
+    assert u._lean is None
+
+
+async def test_a_body_left_at_its_last_event_is_finished_if_already_here() -> None:
+    # a relay stops reading at [DONE]; the chunked body's end is usually in the socket
+    writes = [HEAD, chunk(EVENTS[0]), b"0\r\n\r\n"]
+    async with raw_server(lambda n: writes) as srv:
+        u = upstream(srv.url, lean=True)
+        for _ in range(2):
+            resp = await u.open_chat_stream(BODY_IN, "p")
+            assert isinstance(resp, LeanResponse)
+            assert await resp.__anext__() == EVENTS[0]
+            await trio.sleep(0.05)  # the last chunk arrived meanwhile
+            await resp.aclose()
+        assert len(srv.connections) == 1  # finished without waiting, and reused
+        resp = await u.open_chat_stream(BODY_IN, "p")
+        assert isinstance(resp, LeanResponse)
+        assert await resp.__anext__() == EVENTS[0]
+        await resp.aclose()  # the end is not here yet: never waited for, closed
+        assert not u._lean._idle  # type: ignore[union-attr]
+        await u.aclose()
