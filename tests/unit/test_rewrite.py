@@ -622,3 +622,29 @@ def test_a_share_may_start_with_a_json_escape(text: str) -> None:
         for i in range(len(t) + 1):
             rw = StreamRewriter()
             assert rw.feed(t[:i]) + rw.feed(t[i:]) + rw.flush() == whole, i
+
+
+#: found by the generated test: the flag rule let a drive start after any letters of a
+#: flag (``-Imyedito`` + ``r:\/\/file...``), so a scheme glued to ``-I`` was cut there
+FLAG_SCHEME_CASES = [
+    f"-I{scheme}:{sep}{sep}file{sep}{path}"
+    for scheme in ("myeditor", "vscode", "cursor", "zed")
+    for sep in ("/", "\\/")
+    for path in (
+        "cygdrive{s}c{s}Program Files (x86){s}zqsecret{s}report.pdf",
+        "home{s}zqsecret{s}report.pdf",
+    )
+]
+
+
+@pytest.mark.parametrize("template", FLAG_SCHEME_CASES)
+def test_a_scheme_glued_to_a_one_letter_flag(template: str) -> None:
+    sep = "\\/" if "\\/" in template else "/"
+    text = template.replace("{s}", sep)
+    t = f"  {text} -o out "
+    whole = rewrite(t)
+    assert "zqsecret" not in whole and "Program" not in whole and "report.pdf" in whole, whole
+    assert whole.startswith("  -I") and whole.endswith(" -o out "), whole
+    for i in range(len(t) + 1):
+        rw = StreamRewriter()
+        assert rw.feed(t[:i]) + rw.feed(t[i:]) + rw.flush() == whole, i
