@@ -264,7 +264,9 @@ async def test_a_cancelled_consumer_closes_the_source(
     assert source.cancelled == 1 and source.closed == 1
 
 
-async def test_outputs_queued_together_leave_in_one_write() -> None:
+async def test_outputs_queued_together_leave_in_one_write(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
     """Items that are there without waiting are encoded and queued without a
     checkpoint; the consumer joins what is queued (and never waits for more)."""
     source = Script(b"a", b"b", b"c", b"DONE")
