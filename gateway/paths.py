@@ -276,6 +276,8 @@ _WS = _alt(_BS_ENC, _rep(_BS, 1, 8))
 _PSEPS = _seq(_PS, _rep(_alt(_PS, _seq(_lit("."), _PS)), 0, 6))
 _COLON = _enc(":")
 _SEP_AT = re.compile(f"{_PS.full}|{_WS.full}", re.IGNORECASE)
+#: a letter, a colon and two slashes in any spelling: a scheme's, not a drive's
+_SCHEME_SLASHES = re.compile(rf"[a-z](?::|%3a|%253a)(?:{_PS.full}){{2}}", re.IGNORECASE)
 _STOP_CLASS = r"[\s\"'`<>*|()\[\]{}\x00-\x1f\x7f。，、；：！？「」『』（）【】《》〈〉]"
 
 
@@ -446,6 +448,14 @@ def _device_start() -> _P:
     )
 
 
+#: a JSON escape of a non-ASCII character (``\u00e9``: a letter of a folder name in JSON
+#: text written with ensure_ascii), never of a control character or a separator
+_NON_ASCII_ESC = _seq(
+    _lit("\\u"),
+    _alt(_seq(_lit("00"), _ch("[89a-f]")), _seq(_lit("0"), _ch("[1-9a-f]")), _ch("[1-9a-f]")),
+)
+
+
 def _cfg_start(cfg_roots: tuple[str, ...]) -> _P:
     """A configured root or mount prefix (also behind the firmlink/proc aliases)."""
     cfg = _alt(*[_segments(r) for r in cfg_roots])
@@ -532,7 +542,7 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
             _seq(
                 _PSEPS,
                 _alt(_ALIAS_START, roots),
-                _look(_alt(_PS, _seq(_WS, _ch(r'(?-i:[^nrtu"\\\\/\s])')))),
+                _look(_alt(_PS, _seq(_WS, _alt(_ch(r'(?-i:[^nrtu"\\\\/\s])'), _NON_ASCII_ESC)))),
             ),
         ),
         _group("uri", _seq(_PS, _PS, _lit("file"), file_tail)),
@@ -924,13 +934,7 @@ def _boundary_at(buf: str, k: int, flags: bool = True) -> bool:
     if buf.find("-", lo, k) < 0:
         return False
     m = _FLAG_BEFORE.search(buf, lo, k)
-    if m is None:
-        return False
-    # a start that begins with a letter (C:, file:) follows a one-letter flag (-LC:\x);
-    # -Imyeditor:... is the flag -I and a scheme, not -Imyedito and a drive r:
-    if k - m.start() > 2 and buf[k : k + 1].isalpha():
-        return False
-    return _boundary_at(buf, m.start(), False)
+    return m is not None and _boundary_at(buf, m.start(), False)
 
 
 # --- normal form and names -------------------------------------------------------
@@ -1397,6 +1401,10 @@ class PathDetector:
         st = m.group()
         if s and buf[s - 1] == ":" and st[:2] == "//" and family in ("posix", "cfg"):
             return None  # scheme://host: a URL authority
+        if family == "drive" and s and buf[s - 1].isalpha() and _SCHEME_SLASHES.match(buf, s):
+            # -Imyeditor:\/\/file\/...: a scheme's "//" glued to the flag -I, not the flag
+            # -Imyedito and a drive r: (the drive is only a start after a boundary)
+            return None
         if family in ("posix", "cfg"):
             # the separator after the root says how the rest is spelled too
             # (/home%2Fbob%2Fx is percent-encoded, /home\\/bob JSON-escaped)

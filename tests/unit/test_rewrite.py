@@ -648,3 +648,26 @@ def test_a_scheme_glued_to_a_one_letter_flag(template: str) -> None:
     for i in range(len(t) + 1):
         rw = StreamRewriter()
         assert rw.feed(t[:i]) + rw.feed(t[i:]) + rw.flush() == whole, i
+
+
+#: found by the soak (seed 1, body ≈ 265,000): in JSON text written with ensure_ascii, a
+#: POSIX root followed by a Windows separator and an escaped letter (mixed separators:
+#: ``/Volumes\\\u00e9quipe``) was not a start, and the whole path went out
+MIXED_ESCAPE_CASES = [
+    f"{root}{sep}{esc}quipe{sep}zqsecret{sep}x.env"
+    for root in ("/Volumes", "/home", "/Users")
+    for sep in ("\\\\", "\\")
+    for esc in ("\\u00e9", "\\u4e2d", "\\u0100")
+]
+
+
+@pytest.mark.parametrize("path", MIXED_ESCAPE_CASES)
+@pytest.mark.parametrize("json_text", [False, True])
+def test_a_posix_root_then_an_escaped_letter(path: str, json_text: bool) -> None:
+    t = f'{{"path": "{path}", "n": 1}}'
+    rw = StreamRewriter(json_text=json_text)
+    whole = rw.feed(t) + rw.flush()
+    assert whole == '{"path": "x.env", "n": 1}', whole
+    for i in range(len(t) + 1):
+        rw = StreamRewriter(json_text=json_text)
+        assert rw.feed(t[:i]) + rw.feed(t[i:]) + rw.flush() == whole, i
