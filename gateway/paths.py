@@ -716,10 +716,22 @@ _VAR_HEAD = re.compile(
 _USER_PARENT_NAMES = frozenset({"users", "home", "media", "documents and settings"})
 _USER_PARENT_LENS = frozenset({4, 5, 22})
 _WIN_START = frozenset({"drive", "unc", "device", "winroot"})
+_WIN_BODY_FAMILIES = frozenset({"file", "deeplink", "uri", "posix"})
 _SP = r"(?: |%(?:25)?20|\\ ){1,3}"
 _SPACEY_TAIL = re.compile(
     rf"(?:program{_SP}files(?:{_SP}(?:\(|%(?:25)?28)x86(?:\)|%(?:25)?29))?"
     rf"|documents{_SP}and{_SP}settings)\Z"
+)
+#: a ``file:`` URI, an editor deep link or a Git Bash / Cygwin / WSL path whose body is a
+#: drive (``file:///C:/``, ``vscode://file/C:\\``, ``/c/Users/``, ``/mnt/c/``) or a share
+#: (``file://srv\\share``): a Windows path, its ``\\`` a separator, never an escape
+#: (``vscode://file/C:\\Users\\bob\\repos``: ``\\r`` is no JSON escape). It reads no
+#: further than the start's own prefix or the first separator (chunk independence)
+_WIN_BODY = re.compile(
+    r"(?:file:/*(?:localhost/)?|(?:[a-z][\w+.-]*:)?//file/+)[a-z]:[\\/]"
+    r"|file://[\w.$-]+\\"
+    r"|/(?:(?:cygdrive|mnt)/)?[a-z]/",
+    re.IGNORECASE,
 )
 _PCT1 = re.compile("%(?:2f|5c|3a|24)")
 _PCT2 = re.compile("%25(?:2f|5c|3a|24)")
@@ -758,6 +770,11 @@ def _spelling(win: bool, json: int, pct: int, html: bool = False) -> _Spelling:
     else:
         stop = _STOP_ESC if json else _STOP_SHELL
     return _Spelling(win, json, pct, stop, _quote_ends(stop is not _STOP_WIN), html)
+
+
+#: a Git Bash / Cygwin / WSL drive path (``/c/Users/bob\\x``): Windows separators, and
+#: a shell-escaped stop (``My\\ Files``) continues it, as in a plain POSIX path
+_GIT_BASH = _spelling(True, 0, 0)._replace(stop=re.compile(rf"(?<!(?<!\\)\\){_STOP_CLASS}"))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -1078,6 +1095,8 @@ def _in_json_text(raw: str, family: str, sp: _Spelling) -> bool:
     if family == "unc":  # \\Users\\bob\\x: every separator doubled, so JSON-escaped
         runs = _BACKSLASHES.findall(_JSON_U.sub("", raw[2:]))
         return bool(runs) and all(len(r) % 2 == 0 for r in runs)
+    if family in _WIN_BODY_FAMILIES:  # file:///C:/x/\u00e9.txt: \u escapes, no separator
+        return _JSON_U.search(raw) is not None and "\\" not in _JSON_U.sub("", raw)
     return raw[2:3] == "/" and family == "drive" and _JSON_U.search(raw) is not None
 
 
@@ -1375,6 +1394,14 @@ class PathDetector:
                     return NeedMore(s - 1 if s > lo and buf[s - 1] == "`" else s)
                 st += sep.group()
         sp = _spelling_of(family, st)
+        if (
+            family in _WIN_BODY_FAMILIES
+            and not (sp.win or sp.pct or sp.html)
+            and _WIN_BODY.match(buf, s) is not None
+        ):
+            sp = _spelling(True, sp.json, 0)
+            if family == "posix" and not sp.json:  # Git Bash: a shell escape (My\ F) too
+                sp = _GIT_BASH
         ctx, closer = self._context(buf, s)
         if closer and not (family == "var" and '"' in st):  # "$HOME"/x: the quote is closed
             res = self._parse_quoted(buf, s, m.end(), family, sp, ctx, closer, final, memo)
@@ -1591,6 +1618,8 @@ class PathDetector:
             s = _json_unescape(s)
         if json == 0 and not sp.win and "\\" in s:
             s = _SHELL_ESC.sub(r"\1", s)
+        elif sp is _GIT_BASH:  # /c/Program\ Files/x: the escaped space is the name's
+            s = s.replace("\\ ", " ")
         if family in ("posix", "cfg"):
             return self._configured(_canon_posix(s.replace("\\", "/") if sp.win else s))
         if family in ("drive", "winroot"):

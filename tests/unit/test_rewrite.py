@@ -601,3 +601,64 @@ def test_the_known_gaps_are_closed(text: str, name: str) -> None:
         for i in range(len(t) + 1):
             rw = StreamRewriter()
             assert rw.feed(t[:i]) + rw.feed(t[i:]) + rw.flush() == whole, i
+
+
+# --- the fourth red-team pass -----------------------------------------------------
+
+RT4_SECRET = "zqsecretrt4"
+#: folders after a backslash that a POSIX end rule read as a JSON escape (\r \n \t \b \f)
+_RT4_ESC_FOLDERS = ("repos", "new", "tools", "build", "files", "Rel", "Nightly", "tmp")
+
+
+def _rt4_f1_cases() -> Iterator[tuple[str, str]]:
+    """F1: a drive or share inside a file: URI, an editor deep link or a Git Bash / WSL
+    path, written with backslashes (Laravel Ignition fills vscode://file/%f:%l with a
+    raw Windows path): the backslash is a separator, never a JSON escape."""
+    heads = (
+        "vscode://file/C:",
+        "vscode-insiders://file/d:",
+        "cursor://file/C:",
+        "jetbrains://file/C:",  # any other scheme: //file on is the path
+        "file:///C:",
+        "file:/C:",
+        "FILE:///c:",
+        "file://localhost/C:",
+        "file:///C:/Users",
+        "/c/Users",
+        "/C/Users",
+        "/mnt/c/Users",
+        "/cygdrive/d/Users",
+    )
+    for i, head in enumerate(heads):
+        keep = "jetbrains:" if head.startswith("jetbrains") else ""  # the scheme stays
+        for j, folder in enumerate(_RT4_ESC_FOLDERS):
+            if (i + j) % 2:
+                continue
+            tail = "\\".join([folder, RT4_SECRET, "main.py"])
+            mid = "\\Users\\zqbob\\" if head.endswith(":") else "/zqbob\\"
+            yield head + mid + tail, keep + "main.py"
+        yield head + ("\\" if head.endswith(":") else "/") + f"{RT4_SECRET}\\b.txt", keep + "b.txt"
+    for lc in (":12", ":12:3"):
+        yield f"vscode://file/C:\\Users\\zqbob\\repos\\{RT4_SECRET}\\main.py{lc}", "main.py"
+        yield f"vscode://file/C:/Users/zqbob\\repos\\{RT4_SECRET}\\main.py{lc}", "main.py"
+    for host in ("zqsec", "srv.example", "files-01"):
+        for folder in _RT4_ESC_FOLDERS[:4]:
+            yield f"file://{host}\\share\\{folder}\\{RT4_SECRET}\\x.txt", "x.txt"
+    yield f"file:///C:\\Users\\zqbob\\{RT4_SECRET}\\build\\out.txt", "out.txt"
+
+
+RT4_CASES: list[tuple[str, str, tuple[str, ...]]] = [
+    *((t, n, ()) for t, n in _rt4_f1_cases()),
+]
+
+
+@pytest.mark.parametrize(("text", "name", "roots"), RT4_CASES, ids=[t for t, _, _ in RT4_CASES])
+def test_the_fourth_red_team_pass_is_closed(text: str, name: str, roots: tuple[str, ...]) -> None:
+    """The path is replaced whole by its name, whole and at every split point."""
+    for before, after in (("see ", " ok"), ("", "")):
+        t = before + text + after
+        whole = rewrite(t, extra_roots=roots)
+        assert whole == before + name + after, (text, whole)
+        for i in range(len(t) + 1):
+            rw = StreamRewriter(extra_roots=roots)
+            assert rw.feed(t[:i]) + rw.feed(t[i:]) + rw.flush() == whole, i
