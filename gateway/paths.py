@@ -490,11 +490,26 @@ def _file_start() -> _P:
     )
 
 
-#: ``~`` and the HTML references a renderer shows as one (like :data:`_HTML_SLASHES`)
+#: ``~``, percent-encoded, and the HTML references a renderer shows as one (like
+#: :data:`_HTML_SLASHES`)
 _TILDE = _alt(
     _lit("~"),
+    # percent-encoded (?path=%7Ealice%2Fx: a query parameter holding ~alice/x)
+    _lit("%7e"),
+    _lit("%257e"),
     *[_lit(a + r) for a in ("&", "&amp;") for r in ("#126;", "#x7e;")],
     _bare_ref("&#x7e", "&#126"),
+)
+
+
+#: the drive forms of a POSIX shell on Windows
+_POSIX_DRIVES = _alt(
+    # /cygdrive/c/Program Files/..., WSL /mnt/c/Program Files (x86)/...: before
+    # the plain /mnt root, which would end the start at the drive letter
+    _seq(_alt(_lit("cygdrive"), _lit("mnt")), _PSEPS, _ch("[a-z]"), _PSEPS, _SPACEY),
+    # Cygwin /cygdrive/c/..., Git Bash / MSYS /c/Users/...
+    _seq(_lit("cygdrive"), _PSEPS, _ch("[a-z]")),
+    _seq(_ch("[a-z]"), _PSEPS, _alt(*[_folder_name(w) for w in WIN_TOP_FOLDERS])),
 )
 
 
@@ -502,15 +517,7 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
     """Every start form, one named alternative per family (longest and most
     specific first: a configured root before the default roots)."""
     any_sep, file_tail = _ANY_SEP, _FILE_TAIL
-    roots = _alt(
-        # /cygdrive/c/Program Files/..., WSL /mnt/c/Program Files (x86)/...: before
-        # the plain /mnt root, which would end the start at the drive letter
-        _seq(_alt(_lit("cygdrive"), _lit("mnt")), _PSEPS, _ch("[a-z]"), _PSEPS, _SPACEY),
-        *[_segments(r) for r in DEFAULT_ROOT_NAMES],
-        # Cygwin /cygdrive/c/..., Git Bash / MSYS /c/Users/...
-        _seq(_lit("cygdrive"), _PSEPS, _ch("[a-z]")),
-        _seq(_ch("[a-z]"), _PSEPS, _alt(*[_folder_name(w) for w in WIN_TOP_FOLDERS])),
-    )
+    roots = _alt(*[_segments(r) for r in DEFAULT_ROOT_NAMES])
     user = _seq(_ch("[a-z_]"), _rep(_ch(r"[\w.-]"), 0, 31))
     unc_lead = _alt(_rep(_BS, 2, 8), _rep(_BS_ENC, 2, 2))
     # every separator but a plain // (a URL host follows it); the escaped ones before a bare
@@ -529,8 +536,14 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
             "posix",
             _seq(
                 _PSEPS,
-                _alt(_ALIAS_START, roots),
-                _look(_alt(_PS, _seq(_WS, _ch(r'(?-i:[^nrtu"\\\\/\s])')))),
+                _alt(
+                    # a drive form is a Windows path: any backslash after it (\repos)
+                    _seq(_POSIX_DRIVES, _look(any_sep)),
+                    _seq(
+                        _alt(_ALIAS_START, roots),
+                        _look(_alt(_PS, _seq(_WS, _ch(r'(?-i:[^nrtu"\\\\/\s])')))),
+                    ),
+                ),
             ),
         ),
         _group("uri", _seq(_PS, _PS, _lit("file"), file_tail)),
@@ -690,7 +703,7 @@ _JSON_U = re.compile(r"\\u[0-9a-fA-F]{4}")
 _JSON_ESCAPE = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/])')
 _TILDE_HEAD = re.compile(r"~[^/\\]*")
 #: ``~`` then a separator (a generic anchor, unlike ``~user/``)
-_TILDE_ALONE = re.compile(r"(?:~|(?:&amp;)?&#(?:126|x7e);?)[/\\%&]", re.IGNORECASE)
+_TILDE_ALONE = re.compile(r"(?:~|%(?:25)?7e|(?:&amp;)?&#(?:126|x7e);?)[/\\%&]", re.IGNORECASE)
 _NON_SEPARATOR = re.compile(r"[^/\\.]")
 _EMPTY_BODY = re.compile(rf"(?:{_PS.full}|{_WS.full}|\.)*", re.IGNORECASE)
 _SECOND_START = re.compile(r"\s(?=[/~\\%$&]|[a-z][a-z-]*(?::|%3a))", re.IGNORECASE)
@@ -730,11 +743,11 @@ _SPACEY_TAIL = re.compile(
 _WIN_BODY = re.compile(
     r"(?:file:/*(?:localhost/)?|(?:[a-z][\w+.-]*:)?//file/+)[a-z]:[\\/]"
     r"|file://[\w.$-]+\\"
-    r"|/(?:(?:cygdrive|mnt)/)?[a-z]/",
+    r"|/(?:(?:cygdrive|mnt)/)?[a-z][\\/]",
     re.IGNORECASE,
 )
-_PCT1 = re.compile("%(?:2f|5c|3a|24)")
-_PCT2 = re.compile("%25(?:2f|5c|3a|24)")
+_PCT1 = re.compile("%(?:2f|5c|3a|24|7e)")
+_PCT2 = re.compile("%25(?:2f|5c|3a|24|7e)")
 
 
 class _Spelling(NamedTuple):
@@ -804,7 +817,14 @@ def _spelling_of(family: str, start: str) -> _Spelling:
         double = family in ("unc", "device") and "??" not in start
         lead = runs[0] if family in ("unc", "device") else runs[-1]
         json = min(2, max(0, lead.bit_length() - (2 if double else 1)))
+    if family == "tilde" and pct and win and json == 0 and start.endswith("\\"):
+        # %7E\\bob\\repos: a percent-encoded tilde, then plain Windows separators
+        return _PCT_WIN[pct - 1]
     return _spelling(win, json, pct, "&" in start)
+
+
+_STOP_PCT_WIN = re.compile(rf"{_STOP_CLASS}|[&#?=]")
+_PCT_WIN = tuple(_spelling(True, 0, p)._replace(stop=_STOP_PCT_WIN) for p in (1, 2))
 
 
 def _json_unescape(s: str) -> str:

@@ -254,7 +254,10 @@ def _configured(draw: st.DrawFn) -> _Raw:
 #: ``~`` as written, and as an HTML renderer may show it: a reference, escaped twice,
 #: without its ``;`` (HTML5 reads ``&#126/x`` as ``~/x``; the names after it start with
 #: ``zq``, no digit)
-_TILDES = ("~", "~", "~", "&#126;", "&#x7E;", "&#126", "&#x7e", "&amp;#126;", "&amp;#x7E;")
+_TILDES = (
+    *("~", "~", "~", "&#126;", "&#x7E;", "&#126", "&#x7e", "&amp;#126;", "&amp;#x7E;"),
+    *("%7E", "%7e"),  # percent-encoded: a query parameter (?path=%7Ealice%2Fx)
+)
 
 
 @st.composite
@@ -405,7 +408,10 @@ def _win_raw(draw: st.DrawFn, raw: _Raw) -> str | None:
     """A drive inside a ``file:`` URI or an editor deep link, or a Git Bash / WSL drive
     path, written with raw backslashes (Laravel Ignition fills ``vscode://file/%f:%l``
     with a Windows path), a folder after a backslash beginning like a JSON escape; None
-    when ``raw`` has no drive."""
+    when ``raw`` has no drive (or is a home itself: a folder before the user's would
+    name another file)."""
+    if raw.name == "~":
+        return None
     folders = [_pick(draw, _ESC_LIKE_FOLDERS), *raw.folders]
     raw = raw._replace(folders=folders)
     if raw.kind in ("file", "deeplink") and raw.head[1:2] == ":":
@@ -445,6 +451,11 @@ def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
             "winraw",
         ],
     )
+    if "%" in raw.head:  # a percent-encoded tilde: plain, or every separator encoded too
+        text = _join(raw, sep)
+        if spelling.startswith("pct"):
+            text = text.replace(sep, "%2F" if sep == "/" else "%5C")
+        return text
     if spelling == "winraw":
         won = _win_raw(draw, raw)
         if won is not None:

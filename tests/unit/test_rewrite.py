@@ -645,10 +645,33 @@ def _rt4_f1_cases() -> Iterator[tuple[str, str]]:
         for folder in _RT4_ESC_FOLDERS[:4]:
             yield f"file://{host}\\share\\{folder}\\{RT4_SECRET}\\x.txt", "x.txt"
     yield f"file:///C:\\Users\\zqbob\\{RT4_SECRET}\\build\\out.txt", "out.txt"
+    # a drive form then a backslash at once (the start's look-ahead took no \\r)
+    for head in ("/c/Users", "/cygdrive/c/Program Files (x86)", "/mnt/d/Program Files", "/mnt/c"):
+        for folder in _RT4_ESC_FOLDERS[:5]:
+            yield f"{head}\\{folder}\\{RT4_SECRET}\\report.pdf", "report.pdf"
+    yield f"/c/Users/zqbob/My\\ Files\\{RT4_SECRET}\\a.txt", "a.txt"  # Git Bash: shell escape
+
+
+def _rt4_f2_cases() -> Iterator[tuple[str, str]]:
+    """F2: a percent-encoded tilde (``%7E``, twice ``%257E``) starts a home path, as
+    ``&#126;`` does: a query parameter holding ``~alice/x``."""
+    for tilde in ("%7E", "%7e", "%257E", "%257e"):
+        enc = "%2F" if tilde.startswith("%7") else "%252F"
+        for user in ("zqalice", "bob", ""):
+            for sep in (enc, "/"):
+                body = sep.join([RT4_SECRET, "report.pdf"])
+                yield f"?path={tilde}{user}{sep}{body}", "?path=report.pdf"
+                yield f"{tilde}{user}{sep}{body}", "report.pdf"
+            yield f"?f={tilde}{user}{enc}{RT4_SECRET}{enc}f.txt&x=1", "?f=f.txt&x=1"
+        yield f"?f={tilde}{RT4_SECRET}{enc}", "?f=~"  # that user's home itself
+        # then plain Windows separators (a folder like a JSON escape after them)
+        yield f"?f={tilde}{user}\\repos\\{RT4_SECRET}\\a.txt&b=1", "?f=a.txt&b=1"
+        yield f"GET /get?file={tilde}{RT4_SECRET}{enc}zqproj{enc}f.txt", "GET /get?file=f.txt"
 
 
 RT4_CASES: list[tuple[str, str, tuple[str, ...]]] = [
     *((t, n, ()) for t, n in _rt4_f1_cases()),
+    *((t, n, ()) for t, n in _rt4_f2_cases()),
 ]
 
 
