@@ -288,16 +288,16 @@ def _segments(root: str) -> _P:
 
 
 def _root_end() -> _P:
-    """A configured root ends at a separator, a stop, sentence punctuation or the end."""
-    full = (
-        f"(?:{_PS.full}|{_WS.full}|{_STOP_CLASS}|[.,;:!?]{{1,8}}(?:{_STOP_CLASS}|\\Z)"
-        r"|\\[nrtbf\"]|\Z)"
-    )
-    prefix = (
-        f"(?:{_PS.prefix}|{_WS.prefix}|{_STOP_CLASS}|[.,;:!?]{{1,8}}{_STOP_CLASS}?"
-        r'|\\[nrtbf"]?)'
-    )
-    return _look(_P(full, prefix, 9))
+    """A configured root ends at any character that cannot continue its last folder's
+    name (a letter or digit, ``.`` and one: ``/workspaces``, ``/workspace.bak`` are other
+    folders): a separator, a stop, punctuation, ``_`` of emphasis, ``~~``, a typographic
+    mark (``”``, ``—``, ``…``), U+00A0, U+200B... or the end. Its name is known, so what follows it is no name
+    of its own; the path then runs on to its end as any path does (``artifacts_old/x``
+    becomes ``x``), which never shows a folder. Two characters at most decide (the
+    prefix holds them, like the characters of a start)."""
+    full = r"(?![^\W_]|\.[^\W_])"  # not a letter or digit, nor . and one (artifacts.bak)
+    prefix = r"(?:(?![^\W_]|\.)[\s\S]|\.(?:(?![^\W_])[\s\S])?)?"
+    return _P(full, prefix, 2)
 
 
 _ALIAS_START = _alt(

@@ -669,9 +669,37 @@ def _rt4_f2_cases() -> Iterator[tuple[str, str]]:
         yield f"GET /get?file={tilde}{RT4_SECRET}{enc}zqproj{enc}f.txt", "GET /get?file=f.txt"
 
 
+RT4_ROOT = f"/data/{RT4_SECRET}/artifacts"
+#: what may follow a configured root alone: no letter or digit of a longer folder name
+_RT4_AFTER_ROOT = (
+    *("_", "~~", "-", "#", "&", "=", "+", "@", "^", "$", "%", "\u201d", "\u2019", "\u2014"),
+    *("\u2013", "\u2026", "\u00bb", "\u00a0", "\u200b", ".", ",", ";", ")"),
+)
+
+
+def _rt4_f3_cases() -> Iterator[tuple[str, str]]:
+    """F3: a configured root alone, then a mark that is no name character: the root
+    (its name), the mark kept; markdown emphasis and strikethrough around it."""
+    for root in (RT4_ROOT, RT4_ROOT.upper(), "/System/Volumes/Data" + RT4_ROOT):
+        for mark in _RT4_AFTER_ROOT:
+            # the name as written; the root alone (a stop after it) in its configured case
+            alone = mark in (".", ",", ";", ")", "\u00a0")
+            last = "artifacts" if alone else root.rsplit("/", 1)[-1]
+            yield f"{root}{mark}", f"{last}{mark}"
+            yield f"{root}{mark} the root", f"{last}{mark} the root"
+        yield f"_{root}_.", "_artifacts_."
+        yield f"~~{root}~~", "~~artifacts~~"
+        last = root.rsplit("/", 1)[-1]
+        yield f"\u201c{root}\u201d.", f"\u201c{last}\u201d."
+        yield f"*{root}*", "*artifacts*"
+        yield f"{root}_old/{RT4_SECRET}/x.txt", "x.txt"  # a longer folder: read on
+        yield f"{root}-v2/{RT4_SECRET}/x.txt", "x.txt"
+
+
 RT4_CASES: list[tuple[str, str, tuple[str, ...]]] = [
     *((t, n, ()) for t, n in _rt4_f1_cases()),
     *((t, n, ()) for t, n in _rt4_f2_cases()),
+    *((t, n, (RT4_ROOT,)) for t, n in _rt4_f3_cases()),
 ]
 
 
