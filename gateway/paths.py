@@ -10,8 +10,8 @@ that already certain or does it depend on text that has not arrived yet?
 handed on in one normal form (``PathMatch.path``):
 
 - decoded: percent-encoding (``%2F``, ``%5C``, ``%252F``...) and JSON string
-  escapes (``\\/``, ``\\\\``, ``\\u002f``, ``\\u00e9``; one or two levels) are undone,
-  and so are shell escapes (``\\ ``) of a plain POSIX path;
+  escapes (``\\/``, ``\\\\``, ``\\u002f``, ``\\u00e9``; ``\\u`` at one level, the rest
+  at one or two) are undone, and so are shell escapes (``\\ ``) of a plain POSIX path;
 - prefixed forms reduced: ``file:`` URIs (``file:/x``, ``file:///x``,
   ``file://host/x``), editor deep links (``vscode://file/x:12``), Windows device
   prefixes (``\\\\?\\``, ``\\\\.\\``, ``\\??\\``, ``\\\\?\\UNC\\``), the macOS firmlink
@@ -681,8 +681,11 @@ _STOP_WIN = re.compile(_STOP_CLASS)
 #: JSON-escaped paths: also JSON escapes (``\\n``, ``\\"``...)
 _STOP_ESC = re.compile(rf"{_STOP_CLASS}|{_ESC_END}")
 #: plain POSIX paths: JSON escapes too, but a shell-escaped stop (``\\ ``, not
-#: ``\\\\ ``) continues the path
-_STOP_SHELL = re.compile(rf"(?<!(?<!\\)\\){_STOP_CLASS}|{_ESC_END}")
+#: ``\\\\ ``) continues the path, and so does a shell-escaped space in JSON text
+#: (``"cat My\\\\ Drive/x"``: tool arguments): two backslashes, then a space
+_STOP_SHELL = re.compile(
+    rf"(?<!(?<!\\)\\)(?<!(?<!\\)\\\\){_STOP_CLASS}|(?<=(?<!\\)\\\\)(?! ){_STOP_CLASS}|{_ESC_END}"
+)
 #: percent-encoded paths: also the URL delimiters
 _STOP_PCT = re.compile(rf"{_STOP_CLASS}|[&#?=]|{_ESC_END}")
 #: an HTML separator reference (see :data:`_HTML_SLASHES`; also without its ``;``)
@@ -787,7 +790,9 @@ def _spelling(win: bool, json: int, pct: int, html: bool = False) -> _Spelling:
 
 #: a Git Bash / Cygwin / WSL drive path (``/c/Users/bob\\x``): Windows separators, and
 #: a shell-escaped stop (``My\\ Files``) continues it, as in a plain POSIX path
-_GIT_BASH = _spelling(True, 0, 0)._replace(stop=re.compile(rf"(?<!(?<!\\)\\){_STOP_CLASS}"))
+_GIT_BASH = _spelling(True, 0, 0)._replace(
+    stop=re.compile(_STOP_SHELL.pattern.removesuffix(f"|{_ESC_END}"))
+)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -1636,8 +1641,8 @@ class PathDetector:
             s = unquote(s)
         for _ in range(json):
             s = _json_unescape(s)
-        if json == 0 and not sp.win and "\\" in s:
-            s = _SHELL_ESC.sub(r"\1", s)
+        if not sp.win and "\\" in s and (json == 0 or sp.json == 0):
+            s = _SHELL_ESC.sub(r"\1", s)  # after the JSON escapes of a plain path
         elif sp is _GIT_BASH:  # /c/Program\ Files/x: the escaped space is the name's
             s = s.replace("\\ ", " ")
         if family in ("posix", "cfg"):

@@ -463,7 +463,10 @@ def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
         spelling = "plain"
     if "&" in raw.head and spelling not in ("plain", "html", "json", "json_slash"):
         spelling = "html"  # an HTML-encoded tilde: a renderer's text, not re-encoded
-    if spelling == "shell" and raw.kind == "posix" and not raw.win and raw.folders:
+    shell_json = (
+        spelling == "json" and _int(draw, 3) == 0
+    )  # tool arguments: JSON text of My\\ Drive
+    if (spelling == "shell" or shell_json) and raw.kind == "posix" and not raw.win and raw.folders:
         raw = raw._replace(folders=[raw.folders[0] + "\\ copy", *raw.folders[1:]])
     text = _join(raw, sep)
     if raw.kind == "file":

@@ -696,10 +696,27 @@ def _rt4_f3_cases() -> Iterator[tuple[str, str]]:
         yield f"{root}-v2/{RT4_SECRET}/x.txt", "x.txt"
 
 
+def _rt4_f4_cases() -> Iterator[tuple[str, str]]:
+    """F4: a shell-escaped space in JSON text (tool arguments: ``My\\\\ Drive``) continues
+    the path as the plain ``My\\ Drive`` does."""
+    for head in ("/Users/zqalice", "/home/zqbob", "/tmp", "~", "/Volumes/USB"):
+        for folder in ("My", "Google", "a", "x.y"):
+            path = f"{head}/{folder}\\\\ Drive/{RT4_SECRET}/notes.txt"
+            yield f'{{"command": "cat {path}"}}', '{"command": "cat notes.txt"}'
+            yield f'{{"command": "cat {path} | wc"}}', '{"command": "cat notes.txt | wc"}'
+        two = f"{head}/My\\\\ Drive\\\\ 2/{RT4_SECRET}/b.txt"  # two escaped spaces
+        yield f'{{"command": "ls {two}"}}', '{"command": "ls b.txt"}'
+    yield f'"cp /tmp/{RT4_SECRET}/a\\\\ b.txt /tmp/x"', '"cp a b.txt x"'
+    for head in ("/c/Users/zqbob", "/cygdrive/c/Program Files (x86)", "/mnt/d/Program Files"):
+        path = f"{head}/{RT4_SECRET}\\\\ copy/out.txt"  # Git Bash in JSON text
+        yield f'{{"command": "cat {path}"}}', '{"command": "cat out.txt"}'
+
+
 RT4_CASES: list[tuple[str, str, tuple[str, ...]]] = [
     *((t, n, ()) for t, n in _rt4_f1_cases()),
     *((t, n, ()) for t, n in _rt4_f2_cases()),
     *((t, n, (RT4_ROOT,)) for t, n in _rt4_f3_cases()),
+    *((t, n, ()) for t, n in _rt4_f4_cases()),
 ]
 
 
