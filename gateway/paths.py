@@ -10,8 +10,8 @@ that already certain or does it depend on text that has not arrived yet?
 handed on in one normal form (``PathMatch.path``):
 
 - decoded: percent-encoding (``%2F``, ``%5C``, ``%252F``...) and JSON string
-  escapes (``\\/``, ``\\\\``, ``\\u002f``, ``\\u00e9``; ``\\u`` at one level, the rest
-  at one or two) are undone, and so are shell escapes (``\\ ``) of a plain POSIX path;
+  escapes (``\\/``, ``\\\\``, ``\\u002f``, ``\\u00e9``; one or two levels) are
+  undone, and so are shell escapes (``\\ ``) of a plain POSIX path;
 - prefixed forms reduced: ``file:`` URIs (``file:/x``, ``file:///x``,
   ``file://host/x``), editor deep links (``vscode://file/x:12``), Windows device
   prefixes (``\\\\?\\``, ``\\\\.\\``, ``\\??\\``, ``\\\\?\\UNC\\``), the macOS firmlink
@@ -255,6 +255,7 @@ def _bare_ref(hex_ref: str, dec_ref: str) -> _P:
 
 
 _BS_ENC = _alt(
+    _lit("\\\\u005c"),  # two JSON levels of \u005c (before the one-level one)
     _lit("%5c"),
     _lit("%255c"),
     _lit("\\u005c"),
@@ -265,7 +266,7 @@ _BS_ENC = _alt(
 #: an HTML character reference
 _PS_ENC = (
     *[_lit(bs + "/") for bs in ("\\", "\\\\", "\\\\\\")],
-    *[_lit(e) for e in ("\\u002f", "%2f", "%252f", *_HTML_SLASHES)],
+    *[_lit(e) for e in ("\\\\u002f", "\\u002f", "%2f", "%252f", *_HTML_SLASHES)],
     _bare_ref("&#x2f", "&#47"),
 )
 _PS = _alt(_lit("/"), *_PS_ENC)
@@ -812,7 +813,7 @@ def _spelling_of(family: str, start: str) -> _Spelling:
         and "\\/" not in low
     )
     if "\\u00" in low:
-        json = 1
+        json = 2 if "\\\\u00" in low else 1
     elif not win:
         json = 2 if "\\\\/" in start else 1 if "\\/" in start else 0
     elif not runs:

@@ -712,11 +712,25 @@ def _rt4_f4_cases() -> Iterator[tuple[str, str]]:
         yield f'{{"command": "cat {path}"}}', '{"command": "cat out.txt"}'
 
 
+def _rt4_f5_cases() -> Iterator[tuple[str, str]]:
+    """F5: ``\\\\u002f`` / ``\\\\u005c`` (a ``\\u002f`` inside a second JSON level) are
+    separators like ``\\u002f``: the path is decoded twice, a home itself is ``~``."""
+    for sep in ("\\\\u002f", "\\\\u002F"):
+        for root in ("Users", "home", "media"):
+            yield sep.join(["", root, RT4_SECRET]), "~"  # a home itself
+            yield sep.join(["", root, "zqbob", RT4_SECRET, "c.txt"]), "c.txt"
+    for head, sep in (("C:", "\\\\u005c"), ("C:", "\\\\u002f"), ("d:", "\\\\u005C")):
+        yield sep.join([head, "Users", RT4_SECRET]), "~"
+        yield sep.join([head, "Users", "zqbob", RT4_SECRET, "a.txt"]), "a.txt"
+    yield f"\\\\u002fhome\\\\u002fzqbob\\\\u002f{RT4_SECRET}\\\\u002fb.txt", "b.txt"
+
+
 RT4_CASES: list[tuple[str, str, tuple[str, ...]]] = [
     *((t, n, ()) for t, n in _rt4_f1_cases()),
     *((t, n, ()) for t, n in _rt4_f2_cases()),
     *((t, n, (RT4_ROOT,)) for t, n in _rt4_f3_cases()),
     *((t, n, ()) for t, n in _rt4_f4_cases()),
+    *((t, n, ()) for t, n in _rt4_f5_cases()),
 ]
 
 
