@@ -10,8 +10,8 @@ that already certain or does it depend on text that has not arrived yet?
 handed on in one normal form (``PathMatch.path``):
 
 - decoded: percent-encoding (``%2F``, ``%5C``, ``%252F``...) and JSON string
-  escapes (``\\/``, ``\\\\``, ``\\u002f``, ``\\u00e9``; one or two levels) are undone,
-  and so are shell escapes (``\\ ``) of a plain POSIX path;
+  escapes (``\\/``, ``\\\\``, ``\\u002f``, ``\\u00e9``; one or two levels) are
+  undone, and so are shell escapes (``\\ ``) of a plain POSIX path;
 - prefixed forms reduced: ``file:`` URIs (``file:/x``, ``file:///x``,
   ``file://host/x``), editor deep links (``vscode://file/x:12``), Windows device
   prefixes (``\\\\?\\``, ``\\\\.\\``, ``\\??\\``, ``\\\\?\\UNC\\``), the macOS firmlink
@@ -255,6 +255,7 @@ def _bare_ref(hex_ref: str, dec_ref: str) -> _P:
 
 
 _BS_ENC = _alt(
+    _lit("\\\\u005c"),  # two JSON levels of \u005c (before the one-level one)
     _lit("%5c"),
     _lit("%255c"),
     _lit("\\u005c"),
@@ -265,7 +266,7 @@ _BS_ENC = _alt(
 #: an HTML character reference
 _PS_ENC = (
     *[_lit(bs + "/") for bs in ("\\", "\\\\", "\\\\\\")],
-    *[_lit(e) for e in ("\\u002f", "%2f", "%252f", *_HTML_SLASHES)],
+    *[_lit(e) for e in ("\\\\u002f", "\\u002f", "%2f", "%252f", *_HTML_SLASHES)],
     _bare_ref("&#x2f", "&#47"),
 )
 _PS = _alt(_lit("/"), *_PS_ENC)
@@ -290,16 +291,16 @@ def _segments(root: str) -> _P:
 
 
 def _root_end() -> _P:
-    """A configured root ends at a separator, a stop, sentence punctuation or the end."""
-    full = (
-        f"(?:{_PS.full}|{_WS.full}|{_STOP_CLASS}|[.,;:!?]{{1,8}}(?:{_STOP_CLASS}|\\Z)"
-        r"|\\[nrtbf\"]|\Z)"
-    )
-    prefix = (
-        f"(?:{_PS.prefix}|{_WS.prefix}|{_STOP_CLASS}|[.,;:!?]{{1,8}}{_STOP_CLASS}?"
-        r'|\\[nrtbf"]?)'
-    )
-    return _look(_P(full, prefix, 9))
+    """A configured root ends at any character that cannot continue its last folder's
+    name (a letter or digit, ``.`` and one: ``/workspaces``, ``/workspace.bak`` are other
+    folders): a separator, a stop, punctuation, ``_`` of emphasis, ``~~``, a typographic
+    mark (``”``, ``—``, ``…``), U+00A0, U+200B... or the end. Its name is known, so what follows it is no name
+    of its own; the path then runs on to its end as any path does (``artifacts_old/x``
+    becomes ``x``), which never shows a folder. Two characters at most decide (the
+    prefix holds them, like the characters of a start)."""
+    full = r"(?![^\W_]|\.[^\W_])"  # not a letter or digit, nor . and one (artifacts.bak)
+    prefix = r"(?:(?![^\W_]|\.)[\s\S]|\.(?:(?![^\W_])[\s\S])?)?"
+    return _P(full, prefix, 2)
 
 
 _ALIAS_START = _alt(
@@ -500,11 +501,26 @@ def _file_start() -> _P:
     )
 
 
-#: ``~`` and the HTML references a renderer shows as one (like :data:`_HTML_SLASHES`)
+#: ``~``, percent-encoded, and the HTML references a renderer shows as one (like
+#: :data:`_HTML_SLASHES`)
 _TILDE = _alt(
     _lit("~"),
+    # percent-encoded (?path=%7Ealice%2Fx: a query parameter holding ~alice/x)
+    _lit("%7e"),
+    _lit("%257e"),
     *[_lit(a + r) for a in ("&", "&amp;") for r in ("#126;", "#x7e;")],
     _bare_ref("&#x7e", "&#126"),
+)
+
+
+#: the drive forms of a POSIX shell on Windows
+_POSIX_DRIVES = _alt(
+    # /cygdrive/c/Program Files/..., WSL /mnt/c/Program Files (x86)/...: before
+    # the plain /mnt root, which would end the start at the drive letter
+    _seq(_alt(_lit("cygdrive"), _lit("mnt")), _PSEPS, _ch("[a-z]"), _PSEPS, _SPACEY),
+    # Cygwin /cygdrive/c/..., Git Bash / MSYS /c/Users/...
+    _seq(_lit("cygdrive"), _PSEPS, _ch("[a-z]")),
+    _seq(_ch("[a-z]"), _PSEPS, _alt(*[_folder_name(w) for w in WIN_TOP_FOLDERS])),
 )
 
 
@@ -512,15 +528,7 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
     """Every start form, one named alternative per family (longest and most
     specific first: a configured root before the default roots)."""
     any_sep, file_tail = _ANY_SEP, _FILE_TAIL
-    roots = _alt(
-        # /cygdrive/c/Program Files/..., WSL /mnt/c/Program Files (x86)/...: before
-        # the plain /mnt root, which would end the start at the drive letter
-        _seq(_alt(_lit("cygdrive"), _lit("mnt")), _PSEPS, _ch("[a-z]"), _PSEPS, _SPACEY),
-        *[_segments(r) for r in DEFAULT_ROOT_NAMES],
-        # Cygwin /cygdrive/c/..., Git Bash / MSYS /c/Users/...
-        _seq(_lit("cygdrive"), _PSEPS, _ch("[a-z]")),
-        _seq(_ch("[a-z]"), _PSEPS, _alt(*[_folder_name(w) for w in WIN_TOP_FOLDERS])),
-    )
+    roots = _alt(*[_segments(r) for r in DEFAULT_ROOT_NAMES])
     user = _seq(_ch("[a-z_]"), _rep(_ch(r"[\w.-]"), 0, 31))
     unc_lead = _alt(_rep(_BS, 2, 8), _rep(_BS_ENC, 2, 2))
     # every separator but a plain // (a URL host follows it); the escaped ones before a bare
@@ -541,8 +549,19 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
             "posix",
             _seq(
                 _PSEPS,
-                _alt(_ALIAS_START, roots),
-                _look(_alt(_PS, _seq(_WS, _alt(_ch(r'(?-i:[^nrtu"\\\\/\s])'), _NON_ASCII_ESC)))),
+                _alt(
+                    # a drive form is a Windows path: any backslash after it (\repos)
+                    _seq(_POSIX_DRIVES, _look(any_sep)),
+                    _seq(
+                        _alt(_ALIAS_START, roots),
+                        _look(
+                            _alt(
+                                _PS,
+                                _seq(_WS, _alt(_ch(r'(?-i:[^nrtu"\\\\/\s])'), _NON_ASCII_ESC)),
+                            )
+                        ),
+                    ),
+                ),
             ),
         ),
         _group("uri", _seq(_PS, _PS, _lit("file"), file_tail)),
@@ -703,8 +722,11 @@ _STOP_WIN = re.compile(_STOP_CLASS)
 #: JSON-escaped paths: also JSON escapes (``\\n``, ``\\"``...)
 _STOP_ESC = re.compile(rf"{_STOP_CLASS}|{_ESC_END}")
 #: plain POSIX paths: JSON escapes too, but a shell-escaped stop (``\\ ``, not
-#: ``\\\\ ``) continues the path
-_STOP_SHELL = re.compile(rf"(?<!(?<!\\)\\){_STOP_CLASS}|{_ESC_END}")
+#: ``\\\\ ``) continues the path, and so does a shell-escaped space in JSON text
+#: (``"cat My\\\\ Drive/x"``: tool arguments): two backslashes, then a space
+_STOP_SHELL = re.compile(
+    rf"(?<!(?<!\\)\\)(?<!(?<!\\)\\\\){_STOP_CLASS}|(?<=(?<!\\)\\\\)(?! ){_STOP_CLASS}|{_ESC_END}"
+)
 #: percent-encoded paths: also the URL delimiters
 _STOP_PCT = re.compile(rf"{_STOP_CLASS}|[&#?=]|{_ESC_END}")
 #: an HTML separator reference (see :data:`_HTML_SLASHES`; also without its ``;``)
@@ -725,7 +747,7 @@ _JSON_U = re.compile(r"\\u[0-9a-fA-F]{4}")
 _JSON_ESCAPE = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/])')
 _TILDE_HEAD = re.compile(r"~[^/\\]*")
 #: ``~`` then a separator (a generic anchor, unlike ``~user/``)
-_TILDE_ALONE = re.compile(r"(?:~|(?:&amp;)?&#(?:126|x7e);?)[/\\%&]", re.IGNORECASE)
+_TILDE_ALONE = re.compile(r"(?:~|%(?:25)?7e|(?:&amp;)?&#(?:126|x7e);?)[/\\%&]", re.IGNORECASE)
 _NON_SEPARATOR = re.compile(r"[^/\\.]")
 _EMPTY_BODY = re.compile(rf"(?:{_PS.full}|{_WS.full}|\.)*", re.IGNORECASE)
 _SECOND_START = re.compile(r"\s(?=[/~\\%$&]|[a-z][a-z-]*(?::|%3a))", re.IGNORECASE)
@@ -751,13 +773,25 @@ _VAR_HEAD = re.compile(
 _USER_PARENT_NAMES = frozenset({"users", "home", "media", "documents and settings"})
 _USER_PARENT_LENS = frozenset({4, 5, 22})
 _WIN_START = frozenset({"drive", "unc", "device", "winroot"})
+_WIN_BODY_FAMILIES = frozenset({"file", "deeplink", "uri", "posix"})
 _SP = r"(?: |%(?:25)?20|\\ ){1,3}"
 _SPACEY_TAIL = re.compile(
     rf"(?:program{_SP}files(?:{_SP}(?:\(|%(?:25)?28)x86(?:\)|%(?:25)?29))?"
     rf"|documents{_SP}and{_SP}settings)\Z"
 )
-_PCT1 = re.compile("%(?:2f|5c|3a|24)")
-_PCT2 = re.compile("%25(?:2f|5c|3a|24)")
+#: a ``file:`` URI, an editor deep link or a Git Bash / Cygwin / WSL path whose body is a
+#: drive (``file:///C:/``, ``vscode://file/C:\\``, ``/c/Users/``, ``/mnt/c/``) or a share
+#: (``file://srv\\share``): a Windows path, its ``\\`` a separator, never an escape
+#: (``vscode://file/C:\\Users\\bob\\repos``: ``\\r`` is no JSON escape). It reads no
+#: further than the start's own prefix or the first separator (chunk independence)
+_WIN_BODY = re.compile(
+    r"(?:file:/*(?:localhost/)?|(?:[a-z][\w+.-]*:)?//file/+)[a-z]:[\\/]"
+    r"|file://[\w.$-]+\\"
+    r"|/(?:(?:cygdrive|mnt)/)?[a-z][\\/]",
+    re.IGNORECASE,
+)
+_PCT1 = re.compile("%(?:2f|5c|3a|24|7e)")
+_PCT2 = re.compile("%25(?:2f|5c|3a|24|7e)")
 
 
 class _Spelling(NamedTuple):
@@ -795,6 +829,13 @@ def _spelling(win: bool, json: int, pct: int, html: bool = False) -> _Spelling:
     return _Spelling(win, json, pct, stop, _quote_ends(stop is not _STOP_WIN), html)
 
 
+#: a Git Bash / Cygwin / WSL drive path (``/c/Users/bob\\x``): Windows separators, and
+#: a shell-escaped stop (``My\\ Files``) continues it, as in a plain POSIX path
+_GIT_BASH = _spelling(True, 0, 0)._replace(
+    stop=re.compile(_STOP_SHELL.pattern.removesuffix(f"|{_ESC_END}"))
+)
+
+
 @functools.lru_cache(maxsize=1024)
 def _spelling_of(family: str, start: str) -> _Spelling:
     """Spelling from the start's text: its separators say how the path is encoded."""
@@ -812,7 +853,7 @@ def _spelling_of(family: str, start: str) -> _Spelling:
         and "\\/" not in low
     )
     if "\\u00" in low:
-        json = 1
+        json = 2 if "\\\\u00" in low else 1
     elif not win:
         json = 2 if "\\\\/" in start else 1 if "\\/" in start else 0
     elif not runs:
@@ -822,7 +863,14 @@ def _spelling_of(family: str, start: str) -> _Spelling:
         double = family in ("unc", "device") and "??" not in start
         lead = runs[0] if family in ("unc", "device") else runs[-1]
         json = min(2, max(0, lead.bit_length() - (2 if double else 1)))
+    if family == "tilde" and pct and win and json == 0 and start.endswith("\\"):
+        # %7E\\bob\\repos: a percent-encoded tilde, then plain Windows separators
+        return _PCT_WIN[pct - 1]
     return _spelling(win, json, pct, "&" in start)
+
+
+_STOP_PCT_WIN = re.compile(rf"{_STOP_CLASS}|[&#?=]")
+_PCT_WIN = tuple(_spelling(True, 0, p)._replace(stop=_STOP_PCT_WIN) for p in (1, 2))
 
 
 def _json_unescape(s: str) -> str:
@@ -1113,6 +1161,8 @@ def _in_json_text(raw: str, family: str, sp: _Spelling) -> bool:
     if family == "unc":  # \\Users\\bob\\x: every separator doubled, so JSON-escaped
         runs = _BACKSLASHES.findall(_JSON_U.sub("", raw[2:]))
         return bool(runs) and all(len(r) % 2 == 0 for r in runs)
+    if family in _WIN_BODY_FAMILIES:  # file:///C:/x/\u00e9.txt: \u escapes, no separator
+        return _JSON_U.search(raw) is not None and "\\" not in _JSON_U.sub("", raw)
     return raw[2:3] == "/" and family == "drive" and _JSON_U.search(raw) is not None
 
 
@@ -1414,6 +1464,14 @@ class PathDetector:
                     return NeedMore(s - 1 if s > lo and buf[s - 1] == "`" else s)
                 st += sep.group()
         sp = _spelling_of(family, st)
+        if (
+            family in _WIN_BODY_FAMILIES
+            and not (sp.win or sp.pct or sp.html)
+            and _WIN_BODY.match(buf, s) is not None
+        ):
+            sp = _spelling(True, sp.json, 0)
+            if family == "posix" and not sp.json:  # Git Bash: a shell escape (My\ F) too
+                sp = _GIT_BASH
         ctx, closer = self._context(buf, s)
         if closer and not (family == "var" and '"' in st):  # "$HOME"/x: the quote is closed
             res = self._parse_quoted(buf, s, m.end(), family, sp, ctx, closer, final, memo)
@@ -1628,8 +1686,10 @@ class PathDetector:
             s = unquote(s)
         for _ in range(json):
             s = _json_unescape(s)
-        if json == 0 and not sp.win and "\\" in s:
-            s = _SHELL_ESC.sub(r"\1", s)
+        if not sp.win and "\\" in s and (json == 0 or sp.json == 0):
+            s = _SHELL_ESC.sub(r"\1", s)  # after the JSON escapes of a plain path
+        elif sp is _GIT_BASH:  # /c/Program\ Files/x: the escaped space is the name's
+            s = s.replace("\\ ", " ")
         if family in ("posix", "cfg"):
             return self._configured(_canon_posix(s.replace("\\", "/") if sp.win else s))
         if family in ("drive", "winroot"):

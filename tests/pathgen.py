@@ -254,7 +254,10 @@ def _configured(draw: st.DrawFn) -> _Raw:
 #: ``~`` as written, and as an HTML renderer may show it: a reference, escaped twice,
 #: without its ``;`` (HTML5 reads ``&#126/x`` as ``~/x``; the names after it start with
 #: ``zq``, no digit)
-_TILDES = ("~", "~", "~", "&#126;", "&#x7E;", "&#126", "&#x7e", "&amp;#126;", "&amp;#x7E;")
+_TILDES = (
+    *("~", "~", "~", "&#126;", "&#x7E;", "&#126", "&#x7e", "&amp;#126;", "&amp;#x7E;"),
+    *("%7E", "%7e"),  # percent-encoded: a query parameter (?path=%7Ealice%2Fx)
+)
 
 
 @st.composite
@@ -396,6 +399,35 @@ def _json1(s: str, slash: bool, ascii_only: bool) -> str:
     return out.replace("/", "\\/") if slash else out
 
 
+#: folders that begin like a JSON escape after a backslash (\\r, \\b, \\t, \\n, \\f)
+_ESC_LIKE_FOLDERS = ("repos", "build", "tools", "new", "files", "Release", "bin")
+_GIT_BASH_DRIVE = re.compile(r"/(?:(?:cygdrive|mnt)/)?[a-z]/", re.IGNORECASE)
+
+
+def _win_raw(draw: st.DrawFn, raw: _Raw) -> str | None:
+    """A drive inside a ``file:`` URI or an editor deep link, or a Git Bash / WSL drive
+    path, written with raw backslashes (Laravel Ignition fills ``vscode://file/%f:%l``
+    with a Windows path), a folder after a backslash beginning like a JSON escape; None
+    when ``raw`` has no drive (or is a home itself: a folder before the user's would
+    name another file)."""
+    if raw.name == "~":
+        return None
+    folders = [_pick(draw, _ESC_LIKE_FOLDERS), *raw.folders]
+    raw = raw._replace(folders=folders)
+    if raw.kind in ("file", "deeplink") and raw.head[1:2] == ":":
+        text = _join(raw, "\\")
+        if _pick(draw, _BOOLS):  # C:/Users/bob\\repos\\x: forward slashes first
+            text = text.replace("\\", "/", _int(draw, 3))
+        if raw.kind == "file":
+            return _pick(draw, ["file:///", "file:/", "file://localhost/", "FILE:///"]) + text
+        scheme = _pick(draw, ["vscode", "vscode-insiders", "cursor", "windsurf"])
+        return f"{scheme}://file/{text}{_pick(draw, ['', ':12', ':3:7'])}"
+    if raw.kind == "posix" and not raw.win and _GIT_BASH_DRIVE.match(raw.head + "/"):
+        text = _join(raw, "\\")
+        return text.replace("\\", "/", 1) if _pick(draw, _BOOLS) else text
+    return None
+
+
 def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
     """The path text of ``raw`` in one spelling."""
     sep = "\\" if raw.win else "/"
@@ -416,11 +448,25 @@ def _spelled(draw: st.DrawFn, raw: _Raw) -> str:
             "html",
             "mixed",
             "uesc",
+            "winraw",
         ],
     )
+    if "%" in raw.head:  # a percent-encoded tilde: plain, or every separator encoded too
+        text = _join(raw, sep)
+        if spelling.startswith("pct"):
+            text = text.replace(sep, "%2F" if sep == "/" else "%5C")
+        return text
+    if spelling == "winraw":
+        won = _win_raw(draw, raw)
+        if won is not None:
+            return won
+        spelling = "plain"
     if "&" in raw.head and spelling not in ("plain", "html", "json", "json_slash"):
         spelling = "html"  # an HTML-encoded tilde: a renderer's text, not re-encoded
-    if spelling == "shell" and raw.kind == "posix" and not raw.win and raw.folders:
+    shell_json = (
+        spelling == "json" and _int(draw, 3) == 0
+    )  # tool arguments: JSON text of My\\ Drive
+    if (spelling == "shell" or shell_json) and raw.kind == "posix" and not raw.win and raw.folders:
         raw = raw._replace(folders=[raw.folders[0] + "\\ copy", *raw.folders[1:]])
     text = _join(raw, sep)
     if raw.kind == "file":

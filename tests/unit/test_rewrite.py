@@ -671,3 +671,146 @@ def test_a_posix_root_then_an_escaped_letter(path: str, json_text: bool) -> None
     for i in range(len(t) + 1):
         rw = StreamRewriter(json_text=json_text)
         assert rw.feed(t[:i]) + rw.feed(t[i:]) + rw.flush() == whole, i
+
+
+# --- the fourth red-team pass -----------------------------------------------------
+
+RT4_SECRET = "zqsecretrt4"
+#: folders after a backslash that a POSIX end rule read as a JSON escape (\r \n \t \b \f)
+_RT4_ESC_FOLDERS = ("repos", "new", "tools", "build", "files", "Rel", "Nightly", "tmp")
+
+
+def _rt4_f1_cases() -> Iterator[tuple[str, str]]:
+    """F1: a drive or share inside a file: URI, an editor deep link or a Git Bash / WSL
+    path, written with backslashes (Laravel Ignition fills vscode://file/%f:%l with a
+    raw Windows path): the backslash is a separator, never a JSON escape."""
+    heads = (
+        "vscode://file/C:",
+        "vscode-insiders://file/d:",
+        "cursor://file/C:",
+        "jetbrains://file/C:",  # any other scheme: //file on is the path
+        "file:///C:",
+        "file:/C:",
+        "FILE:///c:",
+        "file://localhost/C:",
+        "file:///C:/Users",
+        "/c/Users",
+        "/C/Users",
+        "/mnt/c/Users",
+        "/cygdrive/d/Users",
+    )
+    for i, head in enumerate(heads):
+        keep = "jetbrains:" if head.startswith("jetbrains") else ""  # the scheme stays
+        for j, folder in enumerate(_RT4_ESC_FOLDERS):
+            if (i + j) % 2:
+                continue
+            tail = "\\".join([folder, RT4_SECRET, "main.py"])
+            mid = "\\Users\\zqbob\\" if head.endswith(":") else "/zqbob\\"
+            yield head + mid + tail, keep + "main.py"
+        yield head + ("\\" if head.endswith(":") else "/") + f"{RT4_SECRET}\\b.txt", keep + "b.txt"
+    for lc in (":12", ":12:3"):
+        yield f"vscode://file/C:\\Users\\zqbob\\repos\\{RT4_SECRET}\\main.py{lc}", "main.py"
+        yield f"vscode://file/C:/Users/zqbob\\repos\\{RT4_SECRET}\\main.py{lc}", "main.py"
+    for host in ("zqsec", "srv.example", "files-01"):
+        for folder in _RT4_ESC_FOLDERS[:4]:
+            yield f"file://{host}\\share\\{folder}\\{RT4_SECRET}\\x.txt", "x.txt"
+    yield f"file:///C:\\Users\\zqbob\\{RT4_SECRET}\\build\\out.txt", "out.txt"
+    # a drive form then a backslash at once (the start's look-ahead took no \\r)
+    for head in ("/c/Users", "/cygdrive/c/Program Files (x86)", "/mnt/d/Program Files", "/mnt/c"):
+        for folder in _RT4_ESC_FOLDERS[:5]:
+            yield f"{head}\\{folder}\\{RT4_SECRET}\\report.pdf", "report.pdf"
+    yield f"/c/Users/zqbob/My\\ Files\\{RT4_SECRET}\\a.txt", "a.txt"  # Git Bash: shell escape
+
+
+def _rt4_f2_cases() -> Iterator[tuple[str, str]]:
+    """F2: a percent-encoded tilde (``%7E``, twice ``%257E``) starts a home path, as
+    ``&#126;`` does: a query parameter holding ``~alice/x``."""
+    for tilde in ("%7E", "%7e", "%257E", "%257e"):
+        enc = "%2F" if tilde.startswith("%7") else "%252F"
+        for user in ("zqalice", "bob", ""):
+            for sep in (enc, "/"):
+                body = sep.join([RT4_SECRET, "report.pdf"])
+                yield f"?path={tilde}{user}{sep}{body}", "?path=report.pdf"
+                yield f"{tilde}{user}{sep}{body}", "report.pdf"
+            yield f"?f={tilde}{user}{enc}{RT4_SECRET}{enc}f.txt&x=1", "?f=f.txt&x=1"
+        yield f"?f={tilde}{RT4_SECRET}{enc}", "?f=~"  # that user's home itself
+        # then plain Windows separators (a folder like a JSON escape after them)
+        yield f"?f={tilde}{user}\\repos\\{RT4_SECRET}\\a.txt&b=1", "?f=a.txt&b=1"
+        yield f"GET /get?file={tilde}{RT4_SECRET}{enc}zqproj{enc}f.txt", "GET /get?file=f.txt"
+
+
+RT4_ROOT = f"/data/{RT4_SECRET}/artifacts"
+#: what may follow a configured root alone: no letter or digit of a longer folder name
+_RT4_AFTER_ROOT = (
+    *("_", "~~", "-", "#", "&", "=", "+", "@", "^", "$", "%", "\u201d", "\u2019", "\u2014"),
+    *("\u2013", "\u2026", "\u00bb", "\u00a0", "\u200b", ".", ",", ";", ")"),
+)
+
+
+def _rt4_f3_cases() -> Iterator[tuple[str, str]]:
+    """F3: a configured root alone, then a mark that is no name character: the root
+    (its name), the mark kept; markdown emphasis and strikethrough around it."""
+    for root in (RT4_ROOT, RT4_ROOT.upper(), "/System/Volumes/Data" + RT4_ROOT):
+        for mark in _RT4_AFTER_ROOT:
+            # the name as written; the root alone (a stop after it) in its configured case
+            alone = mark in (".", ",", ";", ")", "\u00a0")
+            last = "artifacts" if alone else root.rsplit("/", 1)[-1]
+            yield f"{root}{mark}", f"{last}{mark}"
+            yield f"{root}{mark} the root", f"{last}{mark} the root"
+        yield f"_{root}_.", "_artifacts_."
+        yield f"~~{root}~~", "~~artifacts~~"
+        last = root.rsplit("/", 1)[-1]
+        yield f"\u201c{root}\u201d.", f"\u201c{last}\u201d."
+        yield f"*{root}*", "*artifacts*"
+        yield f"{root}_old/{RT4_SECRET}/x.txt", "x.txt"  # a longer folder: read on
+        yield f"{root}-v2/{RT4_SECRET}/x.txt", "x.txt"
+
+
+def _rt4_f4_cases() -> Iterator[tuple[str, str]]:
+    """F4: a shell-escaped space in JSON text (tool arguments: ``My\\\\ Drive``) continues
+    the path as the plain ``My\\ Drive`` does."""
+    for head in ("/Users/zqalice", "/home/zqbob", "/tmp", "~", "/Volumes/USB"):
+        for folder in ("My", "Google", "a", "x.y"):
+            path = f"{head}/{folder}\\\\ Drive/{RT4_SECRET}/notes.txt"
+            yield f'{{"command": "cat {path}"}}', '{"command": "cat notes.txt"}'
+            yield f'{{"command": "cat {path} | wc"}}', '{"command": "cat notes.txt | wc"}'
+        two = f"{head}/My\\\\ Drive\\\\ 2/{RT4_SECRET}/b.txt"  # two escaped spaces
+        yield f'{{"command": "ls {two}"}}', '{"command": "ls b.txt"}'
+    yield f'"cp /tmp/{RT4_SECRET}/a\\\\ b.txt /tmp/x"', '"cp a b.txt x"'
+    for head in ("/c/Users/zqbob", "/cygdrive/c/Program Files (x86)", "/mnt/d/Program Files"):
+        path = f"{head}/{RT4_SECRET}\\\\ copy/out.txt"  # Git Bash in JSON text
+        yield f'{{"command": "cat {path}"}}', '{"command": "cat out.txt"}'
+
+
+def _rt4_f5_cases() -> Iterator[tuple[str, str]]:
+    """F5: ``\\\\u002f`` / ``\\\\u005c`` (a ``\\u002f`` inside a second JSON level) are
+    separators like ``\\u002f``: the path is decoded twice, a home itself is ``~``."""
+    for sep in ("\\\\u002f", "\\\\u002F"):
+        for root in ("Users", "home", "media"):
+            yield sep.join(["", root, RT4_SECRET]), "~"  # a home itself
+            yield sep.join(["", root, "zqbob", RT4_SECRET, "c.txt"]), "c.txt"
+    for head, sep in (("C:", "\\\\u005c"), ("C:", "\\\\u002f"), ("d:", "\\\\u005C")):
+        yield sep.join([head, "Users", RT4_SECRET]), "~"
+        yield sep.join([head, "Users", "zqbob", RT4_SECRET, "a.txt"]), "a.txt"
+    yield f"\\\\u002fhome\\\\u002fzqbob\\\\u002f{RT4_SECRET}\\\\u002fb.txt", "b.txt"
+
+
+RT4_CASES: list[tuple[str, str, tuple[str, ...]]] = [
+    *((t, n, ()) for t, n in _rt4_f1_cases()),
+    *((t, n, ()) for t, n in _rt4_f2_cases()),
+    *((t, n, (RT4_ROOT,)) for t, n in _rt4_f3_cases()),
+    *((t, n, ()) for t, n in _rt4_f4_cases()),
+    *((t, n, ()) for t, n in _rt4_f5_cases()),
+]
+
+
+@pytest.mark.parametrize(("text", "name", "roots"), RT4_CASES, ids=[t for t, _, _ in RT4_CASES])
+def test_the_fourth_red_team_pass_is_closed(text: str, name: str, roots: tuple[str, ...]) -> None:
+    """The path is replaced whole by its name, whole and at every split point."""
+    for before, after in (("see ", " ok"), ("", "")):
+        t = before + text + after
+        whole = rewrite(t, extra_roots=roots)
+        assert whole == before + name + after, (text, whole)
+        for i in range(len(t) + 1):
+            rw = StreamRewriter(extra_roots=roots)
+            assert rw.feed(t[:i]) + rw.feed(t[i:]) + rw.flush() == whole, i
