@@ -14,6 +14,7 @@ import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -587,6 +588,13 @@ def _gap_cases() -> Iterator[tuple[str, str]]:
     yield f"\\Global??\\C:\\Program Files\\{GAP_SECRET}\\k.txt", "k.txt"
 
 
+def assert_every_split(t: str, whole: str, **options: Any) -> None:
+    """``t`` fed in two pieces, cut at every point, gives ``whole``."""
+    for i in range(len(t) + 1):
+        rw = StreamRewriter(**options)
+        assert rw.feed(t[:i]) + rw.feed(t[i:]) + rw.flush() == whole, i
+
+
 GAP_CASES = list(_gap_cases())
 
 
@@ -598,9 +606,7 @@ def test_the_known_gaps_are_closed(text: str, name: str) -> None:
         whole = rewrite(before + text + after)
         assert whole == before + name + after, (text, whole)
         t = before + text + after
-        for i in range(len(t) + 1):
-            rw = StreamRewriter()
-            assert rw.feed(t[:i]) + rw.feed(t[i:]) + rw.flush() == whole, i
+        assert_every_split(t, whole)
 
 
 #: found by the soak (seed 2, body 140,000): a share whose name starts with a JSON escape
@@ -619,9 +625,7 @@ def test_a_share_may_start_with_a_json_escape(text: str) -> None:
         whole = rewrite(t)
         assert "zqsecret" not in whole and "quipe" not in whole and "srv" not in whole, whole
         assert whole.startswith(before) and whole.endswith(".docx" + after), whole
-        for i in range(len(t) + 1):
-            rw = StreamRewriter()
-            assert rw.feed(t[:i]) + rw.feed(t[i:]) + rw.flush() == whole, i
+        assert_every_split(t, whole)
 
 
 #: found by the generated test: the flag rule let a drive start after any letters of a
@@ -645,9 +649,7 @@ def test_a_scheme_glued_to_a_one_letter_flag(template: str) -> None:
     whole = rewrite(t)
     assert "zqsecret" not in whole and "Program" not in whole and "report.pdf" in whole, whole
     assert whole.startswith("  -I") and whole.endswith(" -o out "), whole
-    for i in range(len(t) + 1):
-        rw = StreamRewriter()
-        assert rw.feed(t[:i]) + rw.feed(t[i:]) + rw.flush() == whole, i
+    assert_every_split(t, whole)
 
 
 #: found by the soak (seed 1, body ≈ 265,000): in JSON text written with ensure_ascii, a
@@ -668,9 +670,7 @@ def test_a_posix_root_then_an_escaped_letter(path: str, json_text: bool) -> None
     rw = StreamRewriter(json_text=json_text)
     whole = rw.feed(t) + rw.flush()
     assert whole == '{"path": "x.env", "n": 1}', whole
-    for i in range(len(t) + 1):
-        rw = StreamRewriter(json_text=json_text)
-        assert rw.feed(t[:i]) + rw.feed(t[i:]) + rw.flush() == whole, i
+    assert_every_split(t, whole, json_text=json_text)
 
 
 # --- the fourth red-team pass -----------------------------------------------------
@@ -811,6 +811,4 @@ def test_the_fourth_red_team_pass_is_closed(text: str, name: str, roots: tuple[s
         t = before + text + after
         whole = rewrite(t, extra_roots=roots)
         assert whole == before + name + after, (text, whole)
-        for i in range(len(t) + 1):
-            rw = StreamRewriter(extra_roots=roots)
-            assert rw.feed(t[:i]) + rw.feed(t[i:]) + rw.flush() == whole, i
+        assert_every_split(t, whole, extra_roots=roots)
