@@ -1449,8 +1449,14 @@ class PathDetector:
             return None
         family = m.lastgroup or ""
         st = m.group()
-        if s and buf[s - 1] == ":" and st[:2] == "//" and family in ("posix", "cfg"):
-            return None  # scheme://host: a URL authority
+        if (
+            s
+            and buf[s - 1] == ":"
+            and st[:2] == "//"
+            and st[2:3] != "/"
+            and family in ("posix", "cfg")
+        ):
+            return None  # scheme://host: a URL authority (scheme:///x has none: a path)
         if family == "drive" and s and buf[s - 1].isalpha() and _SCHEME_SLASHES.match(buf, s):
             # -Imyeditor:\/\/file\/...: a scheme's "//" glued to the flag -I, not the flag
             # -Imyedito and a drive r: (the drive is only a start after a boundary)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from gateway.rewrite import MAX_IDENTIFIER, rewrite, scrub_identifier
+from gateway.rewrite import MAX_GLUED, MAX_IDENTIFIER, rewrite, scrub_identifier
 from tests import pathgen
 
 
@@ -24,7 +24,7 @@ def scrub(text: str) -> str:
         ("m%2FUsers%2Fzqalice%2Ff.txt", "m/f.txt"),
         ("hf:org/repo@/home/zqbob/cache/q4.gguf", "hf:org/repo@q4.gguf"),
         ("v2C:\\Users\\zqbob\\m.gguf", "v2C:m.gguf"),
-        ("xfile:///home/zqbob/m.gguf", "x/m.gguf"),
+        ("xfile:///home/zqbob/m.gguf", "xfile:m.gguf"),
         ("a/home/zqbob/x/y.gguf", "a/y.gguf"),
         ("/Users/zqalice/models/llama", "llama"),
     ],
@@ -58,3 +58,20 @@ def test_every_path_class_glued_after_a_word(word: str, path: pathgen.HostPath, 
     assume(not (sep == ":" and len(word) == 1))
     shown = scrub_identifier(word + sep + path.text, scrub)
     assert not pathgen.leaked(shown, path.secrets), (path.text, shown)
+
+
+@pytest.mark.parametrize(
+    "value", ["&" * 256, "%2F" * 85, "&#" * 128, "a/" * 128, "C:" * 128, "/~" * 128, "m/" * 12]
+)
+def test_the_rewrites_an_identifier_costs_are_bounded(value: str) -> None:
+    """One rewrite per place a glued path may start, at most MAX_GLUED of them (a
+    fourth red-team finding: ``&`` × 256 cost 256 rewrites, 0.6 s per chunk)."""
+    calls: list[str] = []
+
+    def counting(text: str) -> str:
+        calls.append(text)
+        return scrub(text)
+
+    shown = scrub_identifier(value, counting)
+    assert len(calls) <= 1 + MAX_GLUED
+    assert shown == value or shown.startswith("id_")

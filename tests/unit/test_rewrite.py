@@ -812,3 +812,20 @@ def test_the_fourth_red_team_pass_is_closed(text: str, name: str, roots: tuple[s
         whole = rewrite(t, extra_roots=roots)
         assert whole == before + name + after, (text, whole)
         assert_every_split(t, whole, extra_roots=roots)
+
+
+#: fifth red-team pass: an empty-authority URI of another scheme (``xdebug://%file@%line``
+#: in Kint, Laravel Debugbar, the Whoops editor table) was read as ``scheme://host``
+EMPTY_AUTHORITY_CASES = [
+    (f"see {scheme}:///{root}/zqsecret/zqproj/a.php{tail} now", f"see {scheme}:a.php{tail} now")
+    for scheme in ("xdebug", "myide", "txmt")
+    for root in ("Users", "home", "srv")
+    for tail in ("@3", ":12", "")
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), EMPTY_AUTHORITY_CASES)
+def test_an_empty_authority_is_a_path(text: str, expected: str) -> None:
+    whole = rewrite(text)
+    assert whole == expected, whole
+    assert_every_split(text, whole)
