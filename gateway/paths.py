@@ -372,6 +372,13 @@ def _then_spacey(sep: _P, after: _P) -> _P:
     return _alt(_seq(_dotted(sep), _SPACEY, _look(after)), sep)
 
 
+#: a JSON escape of a non-ASCII character (``\u00e9``: a letter of a folder name in JSON
+#: text written with ensure_ascii), never of a control character or a separator
+_NON_ASCII_ESC = _seq(
+    _lit("\\u"),
+    _alt(_seq(_lit("00"), _ch("[89a-f]")), _seq(_lit("0"), _ch("[1-9a-f]")), _ch("[1-9a-f]")),
+)
+
 #: any other ``%NAME%`` then a backslash is a Windows folder variable (``%FOO%\\x``);
 #: a letter first and three or more characters (``100%\\``, ``%s%\\n`` are no
 #: variables), backslashes (or ``%5C``, ``\\u005c``) and not a JSON escape after them,
@@ -393,7 +400,8 @@ _ANY_PCT_VAR = _seq(
                 _lit("%255c"),
                 *[_lit(e) for e in _HTML_BACKSLASHES],
             ),
-            _look(_ch(r'(?-i:[^nrtbfu"\\/\s])')),
+            # a letter, also a JSON-escaped one (%FOO%\\\u00e9quipe: ensure_ascii)
+            _look(_alt(_ch(r'(?-i:[^nrtbfu"\\/\s])'), _NON_ASCII_ESC)),
         ),
     ),
 )
@@ -449,14 +457,6 @@ def _device_start() -> _P:
     )
 
 
-#: a JSON escape of a non-ASCII character (``\u00e9``: a letter of a folder name in JSON
-#: text written with ensure_ascii), never of a control character or a separator
-_NON_ASCII_ESC = _seq(
-    _lit("\\u"),
-    _alt(_seq(_lit("00"), _ch("[89a-f]")), _seq(_lit("0"), _ch("[1-9a-f]")), _ch("[1-9a-f]")),
-)
-
-
 def _cfg_start(cfg_roots: tuple[str, ...]) -> _P:
     """A configured root or mount prefix (also behind the firmlink/proc aliases)."""
     cfg = _alt(*[_segments(r) for r in cfg_roots])
@@ -496,8 +496,13 @@ def _file_start() -> _P:
     """``file:`` + separator; before a drive (``file:///C:/``, also with the local host
     named: ``file://localhost/C:/``) its space-holding top folder is read whole."""
     host = _opt(_seq(_lit("localhost"), _PS))
+    # the legacy drive C| (RFC 8089, appendix E): its | is no stop there
+    legacy = _seq(_ch("[a-z]"), _alt(_lit("|"), _lit("%7c")), _look(_ANY_SEP))
     return _group(
-        "file", _seq(_lit("file"), _COLON, _PS, _opt(_seq(_rep(_PS, 0, 3), host, _DRIVE_TOP)))
+        "file",
+        _seq(
+            _lit("file"), _COLON, _PS, _opt(_seq(_rep(_PS, 0, 3), host, _alt(_DRIVE_TOP, legacy)))
+        ),
     )
 
 
@@ -541,6 +546,8 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
     # a share's name may start with a JSON-escaped letter (``\u00e9quipe``: JSON text
     # written with ensure_ascii; found by the soak with HTML-encoded separators)
     share = _look(_alt(_ch(r"[\w.$%-]"), _seq(_lit("\\u"), _ch("[0-9a-f]"))))
+    # so may the host's, escaped once or twice (\\\\\\u00e9quipe)
+    host = _opt(_seq(_rep(_BS, 0, 1), _NON_ASCII_ESC))
     return [
         *alts,
         # a default root may be followed by a Windows separator: /home\\bob\\x (mixed),
@@ -568,7 +575,7 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
         _group("device", _device_start()),
         _group(
             "unc",
-            _seq(unc_lead, _alt(_SHARE_TOP, _seq(_rep(_ch(r"[\w.$-]"), 1, 63), _WS, share))),
+            _seq(unc_lead, _alt(_SHARE_TOP, _seq(host, _rep(_ch(r"[\w.$-]"), 1, 63), _WS, share))),
         ),
         _group("drive", _seq(_ch("[a-z]"), _COLON, _then_spacey(drive_sep, any_sep))),
         # \\Users\\bob: no drive; NT namespace paths \\Device\\<name>\\..., \\SystemRoot\\...
@@ -725,7 +732,14 @@ _STOP_ESC = re.compile(rf"{_STOP_CLASS}|{_ESC_END}")
 #: ``\\\\ ``) continues the path, and so does a shell-escaped space in JSON text
 #: (``"cat My\\\\ Drive/x"``: tool arguments): two backslashes, then a space
 _STOP_SHELL = re.compile(
-    rf"(?<!(?<!\\)\\)(?<!(?<!\\)\\\\){_STOP_CLASS}|(?<=(?<!\\)\\\\)(?! ){_STOP_CLASS}|{_ESC_END}"
+    rf"(?<!(?<!\\)\\)(?<!(?<!\\)\\\\){_STOP_CLASS}"
+    rf"|(?<=(?<!\\)\\\\)(?![ '()\[\]{{}}]){_STOP_CLASS}|{_ESC_END}"
+)
+#: JSON-escaped POSIX paths (``\\/Users\\/a\\/My\\\\ Drive``, PHP's ``json_encode``): JSON
+#: escapes end them, a shell escape written in JSON (two backslashes) continues them
+_STOP_ESC_SHELL = re.compile(
+    rf"(?<!(?<!\\)\\\\){_STOP_CLASS}"
+    rf"|(?<=(?<!\\)\\\\)(?![ '()\[\]{{}}]){_STOP_CLASS}|{_ESC_END}"
 )
 #: percent-encoded paths: also the URL delimiters
 _STOP_PCT = re.compile(rf"{_STOP_CLASS}|[&#?=]|{_ESC_END}")
@@ -785,11 +799,16 @@ _SPACEY_TAIL = re.compile(
 #: (``vscode://file/C:\\Users\\bob\\repos``: ``\\r`` is no JSON escape). It reads no
 #: further than the start's own prefix or the first separator (chunk independence)
 _WIN_BODY = re.compile(
-    r"(?:file:/*(?:localhost/)?|(?:[a-z][\w+.-]*:)?//file/+)[a-z]:[\\/]"
+    r"(?:file:/*(?:localhost/)?|(?:[a-z][\w+.-]*:)?//file/+)"
+    # a drive (also C%3A, VS Code's Uri.toString(), and the legacy C|), a share
+    # (vscode://file/\\\\srv\\share), a Git Bash / Cygwin / WSL drive (file:///c/Users/)
+    r"(?:[a-z](?::|%3a|%253a|\||%7c)[\\/]|\\{2,8}[\w.$-]+\\"
+    r"|(?:(?:cygdrive|mnt)/)?[a-z]/(?:users|windows|program|documents|programdata)[\\/ %])"
     r"|file://[\w.$-]+\\"
     r"|/(?:(?:cygdrive|mnt)/)?[a-z][\\/]",
     re.IGNORECASE,
 )
+_RUN_BEFORE_U = re.compile(r"(\\+)u00")
 _PCT1 = re.compile("%(?:2f|5c|3a|24|7e)")
 _PCT2 = re.compile("%25(?:2f|5c|3a|24|7e)")
 
@@ -812,7 +831,11 @@ def _quote_ends(esc: bool) -> dict[str, re.Pattern[str]]:
     if not esc:
         return {c: re.compile(f"({re.escape(c)})|[\r\n]") for c in "`\"'>)]"}
     line_end = r"|[\r\n]|(?<!\\)(?:\\\\)*\\(?=[nr])"
-    ends = {c: re.compile(f"({re.escape(c)}){line_end}") for c in "`'>)]"}
+    ends = {c: re.compile(f"({re.escape(c)}){line_end}") for c in "`'>"}
+    # a markdown link target or link text: a backslash-escaped bracket is the path's
+    # (CommonMark: [x](/Users/a/a\\(1\\)/n)), a bracket after \\\\ closes it
+    for c in ")]":
+        ends[c] = re.compile(rf"((?<!(?<!\\)\\){re.escape(c)}){line_end}")
     ends['"'] = re.compile(rf'((?<!\\)(?:\\\\)*"){line_end}')
     ends['\\"'] = re.compile(rf'((?<!\\)\\(?:\\\\)*"){line_end}')
     return ends
@@ -825,7 +848,7 @@ def _spelling(win: bool, json: int, pct: int, html: bool = False) -> _Spelling:
     elif win and json == 0:
         stop = _STOP_WIN
     else:
-        stop = _STOP_ESC if json else _STOP_SHELL
+        stop = _STOP_SHELL if not json else _STOP_ESC_SHELL if json == 1 and not win else _STOP_ESC
     return _Spelling(win, json, pct, stop, _quote_ends(stop is not _STOP_WIN), html)
 
 
@@ -853,7 +876,10 @@ def _spelling_of(family: str, start: str) -> _Spelling:
         and "\\/" not in low
     )
     if "\\u00" in low:
-        json = 2 if "\\\\u00" in low else 1
+        # an odd run of backslashes before u00 is one level (\\\\\\u00e9: a backslash and
+        # an escaped letter), an even one two (\\\\u00e9: escaped twice)
+        run = _RUN_BEFORE_U.search(low)
+        json = 1 if run is None or len(run.group(1)) % 2 else 2
     elif not win:
         json = 2 if "\\\\/" in start else 1 if "\\/" in start else 0
     elif not runs:
@@ -863,8 +889,9 @@ def _spelling_of(family: str, start: str) -> _Spelling:
         double = family in ("unc", "device") and "??" not in start
         lead = runs[0] if family in ("unc", "device") else runs[-1]
         json = min(2, max(0, lead.bit_length() - (2 if double else 1)))
-    if family == "tilde" and pct and win and json == 0 and start.endswith("\\"):
-        # %7E\\bob\\repos: a percent-encoded tilde, then plain Windows separators
+    if pct and win and json == 0 and start.endswith("\\"):
+        # %7E\\bob\\repos, C%3A\\Users\\bob: percent-encoded, then plain Windows
+        # separators (\\b is a separator there, not an escape)
         return _PCT_WIN[pct - 1]
     return _spelling(win, json, pct, "&" in start)
 
@@ -1021,7 +1048,7 @@ def _canon_rest(rest: str, win: bool) -> str:
     return "" if rest in ("/", "\\", "") else rest
 
 
-def _normal_file_uri(s: str) -> str:
+def _normal_file_uri(s: str, win: bool) -> str:
     rest = unquote(s[5:] if s[4:5] == ":" else s[4:])
     slashes = len(rest) - len(rest.lstrip("/"))
     body = rest.lstrip("/")
@@ -1033,17 +1060,26 @@ def _normal_file_uri(s: str) -> str:
             return "\\\\" + _canon_win(host + "\\" + tail) if sep else "\\\\" + host
     elif slashes >= 4:
         return "\\\\" + _canon_win(body)
+    return _uri_body(body, win)
+
+
+def _uri_body(body: str, win: bool) -> str:
+    """The path a ``file:`` URI or a deep link names, from its first non-``/`` on: a
+    drive (``C:``, the legacy ``C|``), a share (``\\\\srv\\share``) or a POSIX path
+    (with Windows separators in a Windows body: ``/c/Users/bob\\x``)."""
+    if body[1:2] == "|" and body[:1].isalpha():
+        body = body[0] + ":" + body[2:]
     if _DRIVE.match(body):
-        return _canon_win(body)
-    return _canon_posix("/" + body)
+        return _canon_win(body.lstrip("/"))
+    if body[:2] == "\\\\":
+        return "\\\\" + _canon_win(body.lstrip("\\"))
+    return _canon_posix("/" + (body.replace("\\", "/") if win else body))
 
 
-def _normal_deeplink(s: str) -> str:
+def _normal_deeplink(s: str, win: bool) -> str:
     s = unquote(s)
     rest = _LINE_COL.sub("", s[s.lower().find("//file") + 6 :])
-    if _DRIVE.match(rest):
-        return _canon_win(rest.lstrip("/"))
-    return _canon_posix(rest)
+    return _uri_body(rest.lstrip("/"), win)
 
 
 def _normal_remote(s: str) -> str:
@@ -1692,7 +1728,7 @@ class PathDetector:
             s = unquote(s)
         for _ in range(json):
             s = _json_unescape(s)
-        if not sp.win and "\\" in s and (json == 0 or sp.json == 0):
+        if not sp.win and "\\" in s and (json <= 1 or sp.json == 0):
             s = _SHELL_ESC.sub(r"\1", s)  # after the JSON escapes of a plain path
         elif sp is _GIT_BASH:  # /c/Program\ Files/x: the escaped space is the name's
             s = s.replace("\\ ", " ")
@@ -1712,10 +1748,10 @@ class PathDetector:
         if family == "var":
             return _normal_var(s, sp.win)
         if family == "file":
-            return self._configured(_normal_file_uri(s))
+            return self._configured(_normal_file_uri(s, sp.win))
         if family == "remote":
             return self._configured(_normal_remote(s))
-        return self._configured(_normal_deeplink(s))
+        return self._configured(_normal_deeplink(s, sp.win))
 
     def _configured(self, path: str) -> str:
         """A configured root written in another letter case gets its configured spelling."""

@@ -1205,6 +1205,37 @@ c(
     [B + "Device" + B + "NPF_{12345678-abcd-1234-abcd-123456789abc}" + B + "x" + B + "e.txt"],
     "an NT device name with braces (Npcap)",
 )
+# --- a Windows body after a URI or a deep link (the fifth red-team pass)
+c(
+    "open vscode://file/" + B + B + "srv" + B + "share" + B + "new" + B + "a.txt:3 now",
+    "open a.txt now",
+    [B + B + "srv" + B + "share" + B + "new" + B + "a.txt"],
+    "a share in an editor deep link: \\n of \\new is a separator",
+)
+c(
+    "at file:///c%3A/Users/bob" + B + "new" + B + "b.txt now",
+    "at b.txt now",
+    ["C:" + B + "Users" + B + "bob" + B + "new" + B + "b.txt"],
+    "a percent-encoded drive colon (VS Code's Uri.toString()), then backslashes",
+)
+c(
+    "at file:///C|" + B + "Users" + B + "bob" + B + "repos" + B + "c.txt now",
+    "at c.txt now",
+    ["C:" + B + "Users" + B + "bob" + B + "repos" + B + "c.txt"],
+    "the legacy drive C| of a file: URI",
+)
+c(
+    "see subl://open?url=file:///c/Users/bob" + B + "new" + B + "d.txt now",
+    "see subl://open?url=d.txt now",
+    ["/c/Users/bob/new/d.txt"],
+    "a Git Bash drive in a file: URI in a query, then backslashes",
+)
+c(
+    "[x](/Users/a/a\\(1\\)/p/e.txt)",
+    "[x](e.txt)",
+    ["/Users/a/a(1)/p/e.txt"],
+    "a backslash-escaped bracket in a markdown link target is the path's",
+)
 # --- long
 LONG = "/tmp/" + "d/" * 2500 + "final.txt"
 c(

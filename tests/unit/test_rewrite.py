@@ -829,3 +829,126 @@ def test_an_empty_authority_is_a_path(text: str, expected: str) -> None:
     whole = rewrite(text)
     assert whole == expected, whole
     assert_every_split(text, whole)
+
+
+def _windows_body_cases() -> Iterator[tuple[str, str]]:
+    """Found by the fifth red-team pass: a ``file:`` URI or an editor deep link whose
+    body is a Windows path spelled in a way the Windows-body rule did not know (a
+    share, a ``%3A`` or legacy ``|`` drive colon, a Git Bash drive), its folders
+    separated by backslashes; ``\\n``/``\\r``/``\\b`` there are separators."""
+    tail = "\\zqnew\\repos\\zqsecret\\plan.txt"
+    heads = {
+        "share": ["\\\\srv\\zqshare"],
+        "pct drive": ["c%3A/Users/zqbob", "C%3a\\Users\\zqbob", "c%253A/Users/zqbob"],
+        "legacy drive": ["C|\\Users\\zqbob", "c|/Users/zqbob", "C%7C/Users/zqbob"],
+        "git bash": ["c/Users/zqbob", "mnt/c/Users/zqbob", "cygdrive/d/Windows/zqbob"],
+    }
+    prefixes = ["file:///", "file:/", "vscode://file/", "cursor://file//", "zed://file/"]
+    for kind, bodies in heads.items():
+        for body in bodies:
+            for prefix in prefixes:
+                if kind == "legacy drive" and "file" not in prefix[:4]:
+                    continue  # C| is a file: URI spelling only
+                yield f"{prefix}{body}{tail}", kind
+    # the same bodies after a query parameter (subl://open?url=file://...)
+    yield f"subl://open?url=file:///c/Users/zqbob{tail}", "git bash"
+    yield f"txmt://open?url=file:///c%3A/Users/zqbob{tail}", "pct drive"
+    # a bare percent-encoded drive colon followed by backslash folders
+    yield f"C%3A\\Users\\zqbob{tail}", "pct drive"
+    yield f"d%3a\\zqnew\\repos{tail}", "pct drive"
+
+
+WINDOWS_BODY_CASES = list(_windows_body_cases())
+
+
+@pytest.mark.parametrize(("text", "kind"), WINDOWS_BODY_CASES)
+def test_a_windows_body_after_a_uri_is_read_whole(text: str, kind: str) -> None:
+    for before, after in (("open ", " now"), ("[a](", ")"), ("`", "`")):
+        t = before + text + after
+        whole = rewrite(t)
+        assert "zq" not in whole and "repos" not in whole, (kind, whole)
+        assert "plan.txt" in whole, whole
+        assert_every_split(t, whole)
+
+
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        ("vscode://file/\\\\srv\\share\\new\\a.txt:12", "\\\\srv\\share\\new\\a.txt"),
+        ("file:///\\\\srv\\share\\new\\a.txt", "\\\\srv\\share\\new\\a.txt"),
+        ("file:///c%3A/Users/bob\\new\\a.txt", "C:\\Users\\bob\\new\\a.txt"),
+        ("C%3A\\Users\\bob\\new\\a.txt", "C:\\Users\\bob\\new\\a.txt"),
+        ("file:///C|\\Users\\bob\\new\\a.txt", "C:\\Users\\bob\\new\\a.txt"),
+        ("file:///C|/Users/bob/a.txt", "C:\\Users\\bob\\a.txt"),
+        ("vscode://file//c/Users/bob\\new\\a.txt", "/c/Users/bob/new/a.txt"),
+        ("file:///mnt/c/Users/bob\\new\\a.txt", "/mnt/c/Users/bob/new/a.txt"),
+        ("[x](/Users/a/a\\(1\\)/p/n.txt)", "/Users/a/a(1)/p/n.txt"),
+    ],
+)
+def test_windows_bodies_normal_form(text: str, path: str) -> None:
+    seen: list[str] = []
+    rewrite(text, seen.append)
+    assert seen == [path]
+
+
+#: found by the fifth red-team pass: shell escapes inside JSON text (two backslashes)
+#: of an apostrophe or a bracket continue a POSIX path, as an escaped space does
+JSON_SHELL_CASES = [
+    f'{{"command": "cat {root}Bob\\\\{ch}s\\\\ Files\\\\ \\\\(1\\\\)/zqsecret/plan.txt"}}'
+    for root in ("/Users/zqalice/", "/home/zqalice/", "~/", "\\/Users\\/zqalice\\/")
+    for ch in ("'", "(", "[", "{")
+]
+
+
+@pytest.mark.parametrize("text", JSON_SHELL_CASES)
+def test_shell_escapes_in_json_text_continue_a_path(text: str) -> None:
+    rw = StreamRewriter(json_text=True)
+    whole = rw.feed(text) + rw.flush()
+    assert whole == '{"command": "cat plan.txt"}', whole
+    assert_every_split(text, whole, json_text=True)
+
+
+#: CommonMark: a backslash-escaped bracket in a link target or link text is the path's
+ESCAPED_BRACKET_CASES = [
+    (f"[{text}]({root}a\\(1\\)/zqsecret\\)x/n.txt) ok", f"[{out}](n.txt) ok")
+    for root in ("/Users/zqalice/", "/tmp/", "~/")
+    for text, out in (("see", "see"), (f"{root}b\\[2\\]/zqsecret/m.txt", "m.txt"))
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), ESCAPED_BRACKET_CASES)
+def test_escaped_brackets_in_a_markdown_link(text: str, expected: str) -> None:
+    whole = rewrite(text)
+    assert whole == expected, whole
+    assert_every_split(text, whole)
+
+
+def _escaped_letter_cases() -> Iterator[str]:
+    """A folder (or a share's host) whose first letter is JSON-escaped (``\\u00e9``:
+    ensure_ascii), once or twice, after a backslash: the share, the variable's folder
+    and the folders after it are read whole (found by the pipeline test, seed 11, and
+    the fifth red-team pass)."""
+    for path in (
+        "\\\\\u00e9quipe\\zqshare\\zqsecret\\plan.txt",
+        "%MyToolHome%\\\u00e9zqa\\zqsecret\\plan.txt",
+        "%APPDATA%\\\u00e9zqa\\zqsecret\\plan.txt",
+        "C:\\Users\\\u00e9zqa\\zqsecret\\plan.txt",
+    ):
+        once = json.dumps(path)
+        twice = json.dumps(once)
+        yield once[1:-1]
+        yield twice[1:-1]
+        yield once
+        yield f'{{"path": {once}, "n": 1}}'
+
+
+ESCAPED_LETTER_CASES = list(_escaped_letter_cases())
+
+
+@pytest.mark.parametrize("text", ESCAPED_LETTER_CASES)
+def test_an_escaped_first_letter_does_not_end_the_path(text: str) -> None:
+    for t in (text, f"see {text} now"):
+        whole = rewrite(t)
+        assert "zq" not in whole and "quipe" not in whole, whole
+        assert "plan.txt" in whole, whole
+        assert_every_split(t, whole)
