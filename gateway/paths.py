@@ -1048,8 +1048,15 @@ def _canon_rest(rest: str, win: bool) -> str:
     return "" if rest in ("/", "\\", "") else rest
 
 
+def _unquote_uri(s: str) -> str:
+    """Percent-decoded once, and once more when separators are still encoded
+    (``file://localhost%252FUsers%252Fbob``: a URI encoded twice)."""
+    s = unquote(s)
+    return unquote(s) if "%" in s and _PCT1.search(s.lower()) else s
+
+
 def _normal_file_uri(s: str, win: bool) -> str:
-    rest = unquote(s[5:] if s[4:5] == ":" else s[4:])
+    rest = _unquote_uri(s[5:] if s[4:5] == ":" else s[4:])
     slashes = len(rest) - len(rest.lstrip("/"))
     body = rest.lstrip("/")
     if slashes == 2:
@@ -1077,7 +1084,7 @@ def _uri_body(body: str, win: bool) -> str:
 
 
 def _normal_deeplink(s: str, win: bool) -> str:
-    s = unquote(s)
+    s = _unquote_uri(s)
     rest = _LINE_COL.sub("", s[s.lower().find("//file") + 6 :])
     return _uri_body(rest.lstrip("/"), win)
 

@@ -952,3 +952,19 @@ def test_an_escaped_first_letter_does_not_end_the_path(text: str) -> None:
         assert "zq" not in whole and "quipe" not in whole, whole
         assert "plan.txt" in whole, whole
         assert_every_split(t, whole)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("see file://localhost%252FUsers%252Fzqbob%252F now", "see ~ now"),
+        ("see file://localhost%252Fhome%252Fzqbob%252Fzq%252Fa.txt now", "see a.txt now"),
+        ("see vscode://file%252FUsers%252Fzqbob%252Fzq%252Fa.txt:3 now", "see a.txt now"),
+        # a literal %25 in a name stays one: only encoded separators decode twice
+        ("see file:///tmp/zq/a%2525b.txt now", "see a%25b.txt now"),
+    ],
+)
+def test_a_uri_encoded_twice_is_decoded_twice(text: str, expected: str) -> None:
+    whole = rewrite(text)
+    assert whole == expected, whole
+    assert_every_split(text, whole)
