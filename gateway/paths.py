@@ -355,6 +355,55 @@ def _folder_name(name: str) -> _P:
 
 
 _SPACEY = _alt(*[_folder_name(w) for w in WIN_TOP_FOLDERS if " " in w])
+
+#: space-holding folders below the top that software creates (macOS, Google Drive,
+#: iCloud, OneDrive, Chrome, Windows shell folders): read whole inside a prose path
+#: (``~/Library/Application Support/x``), else the path would end at the space
+INNER_FOLDERS: tuple[str, ...] = (
+    "application support",
+    "application scripts",
+    "saved application state",
+    "mobile documents",
+    "my drive",
+    "shared drives",
+    "other computers",
+    "google drive",
+    "icloud drive",
+    "user data",
+    "my documents",
+    "my music",
+    "my pictures",
+    "my videos",
+    "saved games",
+    "3d objects",
+    "start menu",
+    "common files",
+    "windows powershell",
+    "microsoft vs code",
+    "visual studio code",
+    "box sync",
+    "creative cloud files",
+)
+_ORG_WORD = _rep(_ch(r"[\w.&,'+-]"), 1, 40)
+_SPACE = _rep(_alt(_enc(" "), _lit("\\ ")), 1, 3)
+_INNER = _seq(
+    _alt(
+        *[_folder_name(w) for w in INNER_FOLDERS],
+        # OneDrive - Contoso Ltd, Dropbox (Contoso), Visual Studio 2022
+        _seq(_folder_name("onedrive - "), _ORG_WORD, _rep(_seq(_SPACE, _ORG_WORD), 0, 3)),
+        _seq(_folder_name("dropbox ("), _ORG_WORD, _rep(_seq(_SPACE, _ORG_WORD), 0, 3), _enc(")")),
+        _seq(_folder_name("visual studio "), _rep(_ch("[0-9]"), 4, 4)),
+    ),
+    _look(_alt(_PS, _WS)),
+)
+_INNER_FULL = re.compile(_INNER.full, re.IGNORECASE)
+#: up to the end of the last separator (any spelling) before a position
+_LAST_SEP = re.compile(
+    r".*(?:%(?:25)?(?:2f|5c)|\\u00(?:2f|5c)"
+    r"|&(?:amp;)?(?:#x2f;?|#47;?|sol;|#x5c;?|#92;?|bsol;)|[/\\])",
+    re.IGNORECASE | re.DOTALL,
+)
+_INNER_PREFIX = re.compile(_INNER.prefix, re.IGNORECASE)
 _ANY_SEP = _alt(_PS, _WS)
 
 
@@ -1209,6 +1258,45 @@ def _in_json_text(raw: str, family: str, sp: _Spelling) -> bool:
     return raw[2:3] == "/" and family == "drive" and _JSON_U.search(raw) is not None
 
 
+def _inner_folder(buf: str, lo: int, e: int, limit: int, final: bool) -> int:
+    """At a space ``buf[e]`` that would end a prose path: where the path reads on when
+    the segment holding it is a known space-holding folder (:data:`INNER_FOLDERS`),
+    0 when the space ends the path, -1 when the buffer ends inside such a name.
+
+    Decided on the text only: the segment starts after the last separator in
+    ``buf[lo:e]`` (``lo``: the body, or the end of the last name read on), and a name
+    that could run past ``limit`` is never looked for (chunk independence)."""
+    last = _LAST_SEP.match(buf, lo, e)
+    seg = last.end() if last is not None else lo
+    if seg + _INNER.maxlen > limit:
+        return 0
+    m = _INNER_FULL.match(buf, seg)
+    if m is not None and m.end() > e:
+        return m.end()
+    if not final and _INNER_PREFIX.fullmatch(buf, seg) is not None:
+        return -1
+    return 0
+
+
+_OPEN_PAREN = re.compile(r"(?<!\\)\(")
+
+
+def _balanced_closer(
+    buf: str, start: int, m: re.Match[str], ends: re.Pattern[str]
+) -> re.Match[str] | None:
+    """A markdown link target holds balanced parentheses (CommonMark:
+    ``[x](/a/Dropbox (Contoso)/b)``): the ``)`` that closes it is the first one no
+    ``(`` after ``start`` is waiting for. None: the buffer ends first."""
+    depth = len(_OPEN_PAREN.findall(buf, start, m.start()))
+    while depth > 0:
+        nxt = ends.search(buf, m.end())
+        if nxt is None or nxt.group(1) is None:
+            return nxt
+        depth += len(_OPEN_PAREN.findall(buf, m.end(), nxt.start())) - 1
+        m = nxt
+    return m
+
+
 def _give_back(raw: str, sp: _Spelling) -> str:
     """A trailing backslash that starts an escape (``\\"``) is not part of the path."""
     if raw[-1:] != "\\" or (sp.win and sp.json == 0):
@@ -1603,6 +1691,8 @@ class PathDetector:
         limit = start + self.max_path_chars
         ends = sp.quote_end
         m = _first(ends.get(closer) or ends[closer[-1]], buf, body, memo)
+        if closer == ")" and m is not None and m.group(1) is not None:
+            m = _balanced_closer(buf, start, m, ends[")"])
         if m is not None and m.end() > limit + 1:
             m = None  # no closer within the bound (so len(buf) > limit): prose
         if m is None:
@@ -1651,16 +1741,25 @@ class PathDetector:
         limit = start + self.max_path_chars
         stop = sp.stop
         m = stop.search(buf, body)
+        cont = body  # where the segment holding a space starts at the earliest
+        while m is not None and m.group().isspace():  # Application Support/: read on
+            k = _inner_folder(buf, cont, m.start(), limit, final)
+            if k < 0:
+                return NeedMore(start)
+            if k == 0:
+                break
+            cont = k
+            m = stop.search(buf, k)
         if m is not None and m.group() not in _BRACKETS and m.start() <= limit:
             # fast path: no bracket inside, the first stop ends the path
             raw = buf[start : m.start()].rstrip(_TRAILING_PUNCT)
             before = _opener_before(buf, start)
             if before in ("_", "~"):
                 raw = _trim_end(raw, before)
-            if sp.html:
+            if sp.html or "&" in raw:
                 raw = _entity_end(buf, start, raw)
             return self._finish(raw, start, body, family, sp, Context.PROSE)
-        depth = 0
+        depth, cont = 0, body
         j = body
         while True:
             m = stop.search(buf, j)
@@ -1673,6 +1772,13 @@ class PathDetector:
             if end > limit:
                 break  # longer than the bound whatever follows: overlong
             ch = m.group()
+            if ch.isspace():
+                k = _inner_folder(buf, cont, end, limit, final)
+                if k < 0:
+                    return NeedMore(start)
+                if k > 0:
+                    j = cont = k
+                    continue
             if ch in _OPENERS or (ch in _CLOSER_OF and depth > 0):
                 depth += 1 if ch in _OPENERS else -1
                 j = m.end()
@@ -1686,7 +1792,7 @@ class PathDetector:
                 return Overlong(start, stop)
             return Found(start, n - len(done[0]), done[1])
         raw = _trim_end(buf[start:end], _opener_before(buf, start))
-        if sp.html:
+        if sp.html or "&" in raw:
             raw = _entity_end(buf, start, raw)
         return self._finish(raw, start, body, family, sp, Context.PROSE)
 

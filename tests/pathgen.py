@@ -171,9 +171,26 @@ class _Raw(NamedTuple):
     host: str = ""  #: the authority of a "remote" URI
 
 
+#: space-holding folders software creates below the top (read whole inside a path)
+INNER_FOLDERS = [
+    "Application Support",
+    "Mobile Documents",
+    "My Drive",
+    "Shared drives",
+    "User Data",
+    "Saved Games",
+    "OneDrive - Contoso Ltd",
+    "Dropbox (Contoso)",
+    "Visual Studio 2022",
+]
+
+
 def _folders(draw: st.DrawFn, lo: int = 1, hi: int = 3) -> tuple[list[str], list[str]]:
     secrets = list(dict.fromkeys(_secret(draw) for _ in range(lo + _int(draw, hi - lo))))
-    return [_decorated(draw, s) for s in secrets], secrets
+    folders = [_decorated(draw, s) for s in secrets]
+    if folders and _int(draw, 6) == 0:  # /Users/<secret>/Application Support/..., not first
+        folders.insert(1 + _int(draw, len(folders) - 1), _pick(draw, INNER_FOLDERS))
+    return folders, secrets
 
 
 dir_names = st.sampled_from(["out", "build", "Desktop", "项目", "v1.2", "data-set"])

@@ -968,3 +968,65 @@ def test_a_uri_encoded_twice_is_decoded_twice(text: str, expected: str) -> None:
     whole = rewrite(text)
     assert whole == expected, whole
     assert_every_split(text, whole)
+
+
+def _inner_folder_cases() -> Iterator[tuple[str, str]]:
+    """Space-holding folders software creates below the top are read whole inside a
+    prose path, in every separator spelling; the path's name is what is left."""
+    from gateway.paths import INNER_FOLDERS
+
+    names = [w.title() for w in INNER_FOLDERS] + [
+        "OneDrive - Contoso Ltd",
+        "Dropbox (Contoso)",
+        "Visual Studio 2022",
+    ]
+    for i, folder in enumerate(names):
+        posix = f"/Users/zqalice/Library/{folder}/zqsecret/plan.txt"
+        win = f"C:\\Users\\zqbob\\{folder}\\zqsecret\\plan.txt"
+        spellings = [posix, win, f"~/{folder}/zqsecret/plan.txt"]
+        spellings.append(posix.replace("/", "&#x2F;") if i % 2 else posix.replace("/", "\\/"))
+        for text in spellings:
+            yield text, folder
+
+
+INNER_FOLDER_CASES = list(_inner_folder_cases())
+
+
+@pytest.mark.parametrize(("text", "folder"), INNER_FOLDER_CASES)
+def test_space_holding_folders_below_the_top_are_read_whole(text: str, folder: str) -> None:
+    for before, after in (("see ", " now"), ("", ""), ("[a](", ")")):
+        t = before + text + after
+        whole = rewrite(t)
+        assert whole == before + "plan.txt" + after, whole
+        assert_every_split(t, whole)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # the name alone, then prose: no folder after the space, the space ends it
+        ("see /Users/zqa/My Drive is full", "see My Drive is full"),
+        ("see /Users/zqa/x.txt My Drive/y", "see x.txt My Drive/y"),
+        # a prefix of a known name is held until it is decided, then read as prose
+        ("see /Users/zqa/Application Supp/x", "see Application Supp/x"),
+    ],
+)
+def test_a_known_folder_name_needs_a_separator_after_it(text: str, expected: str) -> None:
+    whole = rewrite(text)
+    assert whole == expected, whole
+    assert_every_split(text, whole)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[doc](/root/zqa/Dropbox (Contoso)/zqb/out) ok", "[doc](out) ok"),
+        ("[x](/tmp/zq/a(1)/b(2)/c.txt) and (more)", "[x](c.txt) and (more)"),
+        ("[x](/tmp/zq/b.txt) and (x)", "[x](b.txt) and (x)"),
+        ("[x](/tmp/zq/a(1/b.txt) and", "[x](b.txt) and"),
+    ],
+)
+def test_a_link_target_holds_balanced_parentheses(text: str, expected: str) -> None:
+    whole = rewrite(text)
+    assert whole == expected, whole
+    assert_every_split(text, whole)
