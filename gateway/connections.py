@@ -193,6 +193,7 @@ class Refused(Exception):
 
 
 _REASONS = {
+    400: "Bad Request",
     408: "Request Timeout",
     503: "Service Unavailable",
     505: "HTTP Version Not Supported",
@@ -319,6 +320,15 @@ class GatewayH11Protocol(H11Protocol):
                 505,
                 "http_version_not_supported",
                 "This server speaks HTTP/1.1 only.",
+            )
+        # both framings (RFC 9112 §6.1): a front that trusts the other one would read a
+        # request hidden in this body (request smuggling); refused, and closed
+        names = {name.lower() for name, _ in event.headers}
+        if b"transfer-encoding" in names and b"content-length" in names:
+            raise Refused(
+                400,
+                "bad_request",
+                "A request may not carry both Transfer-Encoding and Content-Length.",
             )
 
     async def _create_stream(self, request: h11.Request) -> None:

@@ -19,6 +19,7 @@ stored or logged.
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -45,11 +46,19 @@ class OpenWebUIUser:
     role: str | None = None
 
 
+#: the principal alphabet (ASCII: the owner travels in a header), at most 128 long
+_PLAIN_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
+#: the hashed form; an id spelled like it is hashed too, so no two ids share an owner
+_HASHED_ID = re.compile(r"h-[0-9a-f]{32}")
+
+
 def owner_for_user(user_id: str) -> str:
-    """``openwebui:<id>``; ids outside the principal alphabet are hashed, not rejected."""
-    if user_id and len(user_id) <= 128 and all(c.isalnum() or c in "._:@-" for c in user_id):
+    """``openwebui:<id>``; ids outside the principal alphabet (any non-ASCII letter
+    too) are hashed, not rejected."""
+    if _PLAIN_ID.fullmatch(user_id) and not _HASHED_ID.fullmatch(user_id):
         return "openwebui:" + user_id
-    return "openwebui:h-" + hashlib.sha256(user_id.encode()).hexdigest()[:32]
+    raw = user_id.encode("utf-8", "surrogatepass")
+    return "openwebui:h-" + hashlib.sha256(raw).hexdigest()[:32]
 
 
 def _unreachable() -> UpstreamError:

@@ -299,6 +299,16 @@ def _framing_cases(server: str, method: str, path: str, keyed: bool) -> Iterator
         _req(method, path, [*te, ("Content-Length", "5")], b"2\r\n{}\r\n0\r\n\r\n", length=False),
         FOLLOW_UP,
     )
+    yield c(  # a request hidden in the body a Content-Length-trusting front would see
+        "cl_and_te_smuggled",
+        _req(
+            method,
+            path,
+            [*te, ("Content-Length", str(5 + len(FOLLOW_UP)))],
+            b"0\r\n\r\n" + FOLLOW_UP,
+            length=False,
+        ),
+    )
     yield c(
         "te_not_chunked",
         _req(method, path, [*head, ("Transfer-Encoding", "gzip")], b"{}", length=False),

@@ -101,6 +101,9 @@ def _problems(o: Outcome) -> list[str]:
         "expect_100_then_nothing": [408],
         "idle_after_connect": [],
         "h2_preface": [505],
+        # both framings (RFC 9112 §6.1): refused and closed, nothing behind it is served
+        "cl_and_te": [400],
+        "cl_and_te_smuggled": [400],
     }.get(c.kind)
     if expect is not None and (o.statuses != expect or o.end != "eof"):
         out.append(f"want {expect} then a close, got {o.statuses} {o.end}")

@@ -956,3 +956,16 @@ async def test_sampling_parameters_reach_the_upstream(chain: Chain) -> None:
     ]
     assert sent[-1]["temperature"] == 0.25 and sent[-1]["max_tokens"] == 77
     assert "top_k" not in sent[-1]  # only the known sampling keys pass
+
+
+@pytest.mark.parametrize("user_id", ["%C3%BC", "x%C2%B2", "%D9%A1", "h-" + "0" * 32])
+async def test_a_user_id_outside_the_ascii_alphabet_is_hashed(chain: Chain, user_id: str) -> None:
+    """Open WebUI ids are ours to carry, not to trust: a non-ASCII letter or digit (the
+    owner travels in an ASCII header) or an id spelled like a hashed one is hashed, and
+    the stream works (a red-team pass got a 500 for ``%C3%BC``)."""
+    async with chain.proxy.client(key=None) as c:
+        got = await owui_stream(c, owui_body(), owui_headers(user_id))
+    assert not got.errors, got.errors
+    assert got.final["choices"][0]["finish_reason"] == "stop"
+    (run,) = chain.runs()
+    assert run.owner.startswith("openwebui:h-") and run.owner != "openwebui:" + user_id
