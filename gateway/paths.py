@@ -49,8 +49,8 @@ Rules
    non-separator after them; a configured root or mount prefix and ``~user/`` are
    paths on their own.
 4. *End.* The one or two characters before the start give the context: after
-   `` ` ``, ``"``, ``'``, ``<`` or ``](`` the path runs to the matching closer on the
-   same line (*quoted*); after ``[`` it is link text; otherwise it is *prose* and
+   `` ` ``, ``"``, ``'``, ``<``, ``](`` or a typographic quote (``“ ‘ « ‹ „ 「 『``) the
+   path runs to the matching closer on the same line (*quoted*); after ``[`` it is link text; otherwise it is *prose* and
    ends at whitespace, a quote, backtick, angle bracket, ``*``, ``|``, an unbalanced
    closing bracket, CJK punctuation, a JSON escape (``\\n``, ``\\"``; not in a plain
    Windows path, where ``\\`` is the separator), after a percent-encoded path also
@@ -91,6 +91,9 @@ DEFAULT_ROOT_NAMES: tuple[str, ...] = (
     "etc",
     "media",
     "run/user",
+    # udisks2 mounts (Fedora, Arch): /run/media/<user>/<label>; FreeBSD homes
+    "run/media",
+    "usr/home",
 )
 #: editor deep links ``<scheme>://file/<abs path>[:line[:col]]`` replaced whole
 #: (any other scheme: the path from ``//file`` on is replaced, the scheme stays)
@@ -768,6 +771,10 @@ _BRACKETS = "([{)]}"
 _CLOSER_OF = {")": "(", "]": "[", "}": "{"}
 _TRAILING_PUNCT = ".,;:!?"
 _QUOTE_CLOSERS = {"`": "`", '"': '"', "'": "'", "<": ">"}
+#: typographic and CJK quotes hold spaces as ASCII ones do (French, German, Chinese and
+#: Japanese prose quote paths so: « /Users/John Smith/x », „…“, 「…」)
+_QUOTE_CLOSERS |= {"“": "”", "‘": "’", "«": "»", "‹": "›", "„": "“", "「": "」", "『": "』"}
+_TYPO_CLOSERS = "”’»›“」』"
 _NOT_BOUNDARY = frozenset("/\\.~")
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-")
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -869,6 +876,8 @@ class _Spelling(NamedTuple):
     stop: re.Pattern[str]
     quote_end: dict[str, re.Pattern[str]]
     html: bool = False  #: separators are HTML character references (``&#x2F;``)
+    #: in a JSON-text channel: a trailing backslash before ``"`` is the quote's escape
+    json_text: bool = False
 
 
 def _quote_ends(esc: bool) -> dict[str, re.Pattern[str]]:
@@ -878,9 +887,9 @@ def _quote_ends(esc: bool) -> dict[str, re.Pattern[str]]:
     ``"`` an unescaped ``"``, after ``\\"`` a ``\\"`` (``\\"`` inside ``"..."`` is
     part of the path)."""
     if not esc:
-        return {c: re.compile(f"({re.escape(c)})|[\r\n]") for c in "`\"'>)]"}
+        return {c: re.compile(f"({re.escape(c)})|[\r\n]") for c in "`\"'>)]" + _TYPO_CLOSERS}
     line_end = r"|[\r\n]|(?<!\\)(?:\\\\)*\\(?=[nr])"
-    ends = {c: re.compile(f"({re.escape(c)}){line_end}") for c in "`'>"}
+    ends = {c: re.compile(f"({re.escape(c)}){line_end}") for c in "`'>" + _TYPO_CLOSERS}
     # a markdown link target or link text: a backslash-escaped bracket is the path's
     # (CommonMark: [x](/Users/a/a\\(1\\)/n)), a bracket after \\\\ closes it
     for c in ")]":
@@ -943,6 +952,27 @@ def _spelling_of(family: str, start: str) -> _Spelling:
         # separators (\\b is a separator there, not an escape)
         return _PCT_WIN[pct - 1]
     return _spelling(win, json, pct, "&" in start)
+
+
+#: A Windows path in JSON text (``"type \\"C:/x/a.txt\\""``: tool arguments): a
+#: backslash before ``"`` is the quote's escape, not a separator (the JSON would break).
+#: Any other single backslash stays a separator: valid JSON writes one as ``\\\\`` (a
+#: JSON level), so a single one is sloppy text that may hold folders (``\\repos``)
+_IN_JSON_TEXT: dict[tuple[object, ...], _Spelling] = {}
+
+
+def _in_json_text_channel(sp: _Spelling) -> _Spelling:
+    """``sp`` in a JSON-text channel: ``\\"`` closes a ``"`` too, and a backslash
+    before a quote is given back (the escape's, not a separator)."""
+    key = (sp.win, sp.json, sp.pct, sp.html, sp.stop.pattern)
+    got = _IN_JSON_TEXT.get(key)
+    if got is None:
+        esc = "(?=[nr])" in sp.quote_end["`"].pattern
+        line_end = r"|[\r\n]|(?<!\\)(?:\\\\)*\\(?=[nr])" if esc else r"|[\r\n]"
+        closer = re.compile(rf'((?<!\\)(?:\\\\)*\\?"){line_end}')
+        ends = {**sp.quote_end, '"': closer, '\\"': closer}
+        got = _IN_JSON_TEXT[key] = sp._replace(quote_end=ends, json_text=True)
+    return got
 
 
 _STOP_PCT_WIN = re.compile(rf"{_STOP_CLASS}|[&#?=]")
@@ -1299,6 +1329,8 @@ def _balanced_closer(
 
 def _give_back(raw: str, sp: _Spelling) -> str:
     """A trailing backslash that starts an escape (``\\"``) is not part of the path."""
+    if sp.json_text:
+        return raw.rstrip("\\")
     if raw[-1:] != "\\" or (sp.win and sp.json == 0):
         return raw
     run = len(raw) - len(raw.rstrip("\\"))
@@ -1557,12 +1589,14 @@ class PathDetector:
         lo: int = 0,
         memo: Memo | None = None,
         glued: bool = False,
+        json_text: bool = False,
     ) -> ScanResult | None:
         """Is there a start at ``buf[s]``? Parse the path, hold it, or None.
 
         ``lo``: where the not yet emitted text begins (a code span's opening backtick
         before it cannot be part of a replacement any more). ``glued``: not at a
-        boundary, only a multi-segment configured root may start here."""
+        boundary, only a multi-segment configured root may start here. ``json_text``:
+        the channel is JSON text, where one backslash is always an escape."""
         starts, prefixes = (
             (self._glued_start, self._glued_prefix) if glued else (self._start, self._prefix)
         )
@@ -1609,6 +1643,8 @@ class PathDetector:
             sp = _spelling(True, sp.json, 0)
             if family == "posix" and not sp.json:  # Git Bash: a shell escape (My\ F) too
                 sp = _GIT_BASH
+        if json_text and sp.win and not sp.json:
+            sp = _in_json_text_channel(sp)  # "type \"C:/x.txt\"": \" is an escape
         ctx, closer = self._context(buf, s)
         if closer and not (family == "var" and '"' in st):  # "$HOME"/x: the quote is closed
             res = self._parse_quoted(buf, s, m.end(), family, sp, ctx, closer, final, memo)
@@ -1622,7 +1658,7 @@ class PathDetector:
 
     # -- the scan ----------------------------------------------------------------
 
-    def scan(self, buf: str, pos: int, final: bool) -> ScanResult:
+    def scan(self, buf: str, pos: int, final: bool, json_text: bool = False) -> ScanResult:
         """Find the next path at or after ``buf[pos]``.
 
         ``buf[:pos]`` is context only (up to :data:`LOOKBEHIND` characters already
@@ -1649,16 +1685,16 @@ class PathDetector:
             ch = t.group()
             if ch in ":%" and k > pos and buf[k - 1] in _WORD:
                 for i in self._word_starts(buf, k, pos):
-                    res = self._start_at(buf, i, final, pos, memo)
+                    res = self._start_at(buf, i, final, pos, memo, False, json_text)
                     if res is not None:
                         return res
             if ch != ":":
                 if _boundary_at(buf, k):
-                    res = self._start_at(buf, k, final, pos, memo)
+                    res = self._start_at(buf, k, final, pos, memo, False, json_text)
                     if res is not None:
                         return res
                 elif buf[k] in self._glued_start and buf[k - 1] not in "/\\":
-                    res = self._start_at(buf, k, final, pos, memo, glued=True)
+                    res = self._start_at(buf, k, final, pos, memo, True, json_text)
                     if res is not None:
                         return res
             k += 1
@@ -1673,6 +1709,9 @@ class PathDetector:
             return Context.QUOTED, ")"
         if c1 == "[":
             return Context.LINK_TEXT, "]"
+        if c1 in " \u00a0\u202f" and start >= 2 and buf[start - 2] in "«‹":
+            # French typography: « /Users/Jean Dupont/x.txt » (a space, often a no-break one)
+            return Context.QUOTED, _QUOTE_CLOSERS[buf[start - 2]]
         return Context.PROSE, ""
 
     def _parse_quoted(

@@ -180,7 +180,7 @@ class StreamRewriter:
         detector = self._detector
         detector.new_buffer()
         while True:
-            res = detector.scan(buf, pos, final)
+            res = detector.scan(buf, pos, final, self.json_text)
             if type(res) is Found:
                 if res.start > pos:
                     out.append(buf[pos : res.start])

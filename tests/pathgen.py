@@ -227,6 +227,8 @@ def _posix(draw: st.DrawFn) -> _Raw:
             "etc",
             "media",
             "run/user/1000",
+            "run/media",  # udisks2: /run/media/<user>/<label>
+            "usr/home",  # FreeBSD
             "cygdrive/c/Users",  # Cygwin
             "cygdrive/c/Program Files (x86)",  # a space-holding top folder
             "mnt/d/Program Files",  # WSL
