@@ -264,6 +264,8 @@ class _Choice:
     tools: dict[int, StreamRewriter] = field(default_factory=dict)
     finished: bool = False
     logprob: float = 0.0  # of text held back, attached to the next emitted text
+    #: the upstream sent logprobs for this choice (held text gets some only then)
+    has_logprobs: bool = False
 
 
 class ChatPipeline(Scrubber):
@@ -513,6 +515,7 @@ class ChatPipeline(Scrubber):
             if isinstance(value, str) and value:
                 text = await self._feed_text(state, channel, value)
                 if channel == "content" and logprob is not None:
+                    state.has_logprobs = True
                     state.logprob = max(state.logprob + logprob, _LOWEST)
                 if text:
                     events.append(Text(idx, channel, text))
@@ -591,7 +594,7 @@ class ChatPipeline(Scrubber):
             rest = await self.render(rw.flush_pieces(), name_only=name_only)
             if rest:
                 events.append(Text(idx, channel, rest))
-                if channel == "content" and self.settings.logprobs:
+                if channel == "content" and state.has_logprobs:
                     events.append(Logprobs(idx, rest, state.logprob))
         for tidx, rw in state.tools.items():
             rest = await self.render(rw.flush_pieces(), name_only=name_only, json_text=True)

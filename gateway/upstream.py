@@ -500,7 +500,12 @@ class Upstream:
             )
         try:
             data = json.loads(body)
-        except (ValueError, RecursionError) as exc:
+        except RecursionError as exc:
+            raise UpstreamError(
+                f"The upstream model server's {what} is nested too deeply to read.",
+                code="upstream_bad_response",
+            ) from exc
+        except ValueError as exc:
             raise UpstreamError(
                 f"The upstream model server's {what} is not JSON.", code="upstream_bad_response"
             ) from exc
@@ -508,6 +513,14 @@ class Upstream:
             raise UpstreamError(
                 f"The upstream model server's {what} is not a JSON object.",
                 code="upstream_bad_response",
+            )
+        if data.get("error") and not any(k in data for k in ("choices", "output", "data")):
+            # HTTP 200 with only an error: a failure, not an empty success
+            failed = _error_from_body(500, body, None, self.scrub)
+            raise UpstreamHTTPError(
+                failed.message.replace("failed with HTTP 500", f"sent an error as its {what}"),
+                code="upstream_error",
+                status=502,
             )
         return data
 

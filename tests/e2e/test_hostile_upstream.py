@@ -421,3 +421,52 @@ async def test_metric_labels_stay_bounded(nursery: trio.Nursery, tmp_path: Path)
         metrics = (await c.get("/metrics")).text
     assert "made_up_code" not in metrics
     assert 'gateway_upstream_errors_total{code="upstream_http_4xx"} 30.0' in metrics
+
+
+async def test_a_plain_answer_that_is_only_an_error(nursery: trio.Nursery, tmp_path: Path) -> None:
+    """A 200 whose body is only ``{"error": ...}`` is a failure (502), not an empty
+    success; an answer nested too deeply says so (the sixth red-team pass)."""
+    json_headers = {"content-type": "application/json"}
+    answers = [
+        Scripted(
+            [
+                json.dumps(
+                    {"error": {"message": "failed /Users/zqsecret/x", "code": "oops"}}
+                ).encode()
+            ],
+            headers=json_headers,
+        ),
+        Scripted([json.dumps({"error": "no capacity"}).encode()], headers=json_headers),
+        Scripted([b'{"a":' * 5000 + b"1" + b"}" * 5000], headers=json_headers),
+    ]
+    transport = ScriptedTransport(lambda req: answers.pop(0))
+    gw = await start_gateway(nursery, make_config(tmp_path, SCRIPTED_URL), transport=transport)
+    async with gw.client() as c:
+        for want in ("upstream_error", "upstream_error", "upstream_bad_response"):
+            resp = await c.post(CHAT, json={"model": "m", "messages": MESSAGES, "stream": False})
+            assert resp.status_code == 502, resp.text
+            err = resp.json()["error"]
+            assert err["code"] == want, resp.text
+            assert "zqsecret" not in resp.text
+        assert "nested too deeply" in err["message"]
+
+
+async def test_no_logprobs_are_invented(nursery: trio.Nursery, tmp_path: Path) -> None:
+    """With logprobs enabled, an upstream that sends none gets none relayed, also for
+    text the rewriter held back (a path, a lone letter; the sixth red-team pass)."""
+    events = [
+        chunk({"content": "see /Users/zqsecret/out/report.pdf"}),
+        chunk({"content": " and a"}),
+        chunk({}, "stop"),
+        DONE,
+    ]
+    transport = ScriptedTransport(lambda req: sse(*events))
+    cfg = make_config(tmp_path, SCRIPTED_URL, output={"logprobs": True})
+    gw = await start_gateway(nursery, cfg, transport=transport)
+    async with gw.client() as c:
+        resp = await stream(c)
+    assert resp.status_code == 200 and "zqsecret" not in resp.text
+    assert '"logprobs"' not in resp.text or all(
+        choice.get("logprobs") is None for ch in chunks_of(resp) for choice in ch["choices"]
+    ), resp.text
+    assert "report.pdf" in resp.text
