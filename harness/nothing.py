@@ -14,7 +14,7 @@ __all__ = ["NOTHING_FOUND", "NothingDetector"]
 
 
 class NothingDetector(PathDetector):
-    def scan(self, buf: str, pos: int, final: bool) -> ScanResult:
+    def scan(self, buf: str, pos: int, final: bool, json_text: bool = False) -> ScanResult:
         return Clear(len(buf))
 
 
