@@ -887,9 +887,12 @@ def _quote_ends(esc: bool) -> dict[str, re.Pattern[str]]:
     ``"`` an unescaped ``"``, after ``\\"`` a ``\\"`` (``\\"`` inside ``"..."`` is
     part of the path)."""
     if not esc:
-        return {c: re.compile(f"({re.escape(c)})|[\r\n]") for c in "`\"'>)]" + _TYPO_CLOSERS}
+        ends = {c: re.compile(f"({re.escape(c)})|[\r\n]") for c in "`\"'>)]" + _TYPO_CLOSERS}
+        ends["'"] = re.compile(r"('(?![^\W_]))|[\r\n]")  # O'Brien: no closer
+        return ends
     line_end = r"|[\r\n]|(?<!\\)(?:\\\\)*\\(?=[nr])"
     ends = {c: re.compile(f"({re.escape(c)}){line_end}") for c in "`'>" + _TYPO_CLOSERS}
+    ends["'"] = re.compile(rf"('(?![^\W_])){line_end}")  # O'Brien/x: no closer
     # a markdown link target or link text: a backslash-escaped bracket is the path's
     # (CommonMark: [x](/Users/a/a\\(1\\)/n)), a bracket after \\\\ closes it
     for c in ")]":
@@ -1286,6 +1289,29 @@ def _in_json_text(raw: str, family: str, sp: _Spelling) -> bool:
     if family in _WIN_BODY_FAMILIES:  # file:///C:/x/\u00e9.txt: \u escapes, no separator
         return _JSON_U.search(raw) is not None and "\\" not in _JSON_U.sub("", raw)
     return raw[2:3] == "/" and family == "drive" and _JSON_U.search(raw) is not None
+
+
+def _read_on(
+    buf: str, lo: int, m: re.Match[str], stop: re.Pattern[str], limit: int, final: bool
+) -> int:
+    """A space or an apostrophe that would end a prose path: where the path reads on
+    (0: it ends there, -1: the buffer ends before that is decided)."""
+    e = m.start()
+    if m.group() != "'":
+        return _inner_folder(buf, lo, e, limit, final)
+    # O'Brien/x: an apostrophe between letters inside a folder name (a separator
+    # follows before the next stop); report.pdf's size ends at it
+    n = len(buf)
+    if not (e and buf[e - 1].isalnum()) or (e + 1 < n and not buf[e + 1].isalnum()):
+        return 0
+    nxt = stop.search(buf, e + 1)
+    end = nxt.start() if nxt is not None else n
+    if end > limit:
+        return 0
+    if nxt is None and not final:
+        return -1
+    seg = buf[e + 1 : end]
+    return e + 1 if "/" in seg or "\\" in seg else 0
 
 
 def _inner_folder(buf: str, lo: int, e: int, limit: int, final: bool) -> int:
@@ -1740,6 +1766,8 @@ class PathDetector:
             return NeedMore(start)
         if m.group(1) is None:
             return None
+        if closer == "'" and m.end() == len(buf) and not final:
+            return NeedMore(start)  # O'Brien: a letter after the ' would make it no closer
         raw = buf[start : m.end() - 1].rstrip()
         if self._second_start(buf, start, start + len(raw), memo):
             return None
@@ -1781,8 +1809,9 @@ class PathDetector:
         stop = sp.stop
         m = stop.search(buf, body)
         cont = body  # where the segment holding a space starts at the earliest
-        while m is not None and m.group().isspace():  # Application Support/: read on
-            k = _inner_folder(buf, cont, m.start(), limit, final)
+        while m is not None and (m.group().isspace() or m.group() == "'"):
+            # Application Support/, O'Brien/: read on
+            k = _read_on(buf, cont, m, stop, limit, final)
             if k < 0:
                 return NeedMore(start)
             if k == 0:
@@ -1811,8 +1840,8 @@ class PathDetector:
             if end > limit:
                 break  # longer than the bound whatever follows: overlong
             ch = m.group()
-            if ch.isspace():
-                k = _inner_folder(buf, cont, end, limit, final)
+            if ch.isspace() or ch == "'":
+                k = _read_on(buf, cont, m, stop, limit, final)
                 if k < 0:
                     return NeedMore(start)
                 if k > 0:

@@ -1123,3 +1123,23 @@ def test_udisks_mounts_and_freebsd_homes(text: str, expected: str) -> None:
     whole = rewrite(text)
     assert whole == expected, whole
     assert_every_split(text, whole)
+
+
+APOSTROPHE_CASES = [
+    (f"see {o}{root}O'Zqbrien/zqsecret/x.txt{c} now", f"see {o}x.txt{c} now")
+    for root in ("/Users/", "/home/", "C:\\Users\\", "~/")
+    for o, c in (("", ""), ("'", "'"), ('"', '"'), ("`", "`"))
+] + [
+    # a possessive after a path ends it: no separator follows before the next stop
+    ("the file /tmp/zq/report.pdf's size", "the file report.pdf's size"),
+    ("it is /tmp/zq/a.txt' and", "it is a.txt' and"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), APOSTROPHE_CASES)
+def test_an_apostrophe_inside_a_folder_name(text: str, expected: str) -> None:
+    """O'Brien/x: an apostrophe between letters with a separator after it before the
+    next stop is the folder's (the sixth red-team pass: ``~'zqsmith/x.txt`` showed)."""
+    whole = rewrite(text)
+    assert whole == expected, whole
+    assert_every_split(text, whole)
