@@ -54,7 +54,13 @@ from gateway.events import (
     ToolCall,
     Usage,
 )
-from gateway.paths import DEFAULT_MAX_PATH_CHARS, PathDetector, could_contain_path
+from gateway.paths import (
+    DEFAULT_MAX_PATH_CHARS,
+    Context,
+    PathDetector,
+    PathMatch,
+    could_contain_path,
+)
 from gateway.rewrite import Piece, StreamRewriter, render, scrub_identifier
 from gateway.shapes import (
     FINISH_REASONS,
@@ -220,18 +226,22 @@ class Scrubber:
         """An identifier (a model id): :func:`gateway.rewrite.scrub_identifier`."""
         return scrub_identifier(text, self.names)
 
-    async def text(self, text: str, *, name_only: bool = False) -> str:
-        """One-shot rewrite of a complete string."""
+    async def text(self, text: str, *, name_only: bool = False, field: bool = False) -> str:
+        """One-shot rewrite of a complete string. ``field``: a JSON field's value, where
+        a value that is a path and nothing else becomes its link alone (a bare URL, as
+        in a quoted string), not a markdown link."""
         if not could_contain_path(text):
             return text
         rw = self.rewriter()
-        pieces = await self.feed_pieces(rw, text)
-        return await self.render(pieces + rw.flush_pieces(), name_only=name_only)
+        pieces = await self.feed_pieces(rw, text) + rw.flush_pieces()
+        if field and len(pieces) == 1 and isinstance(pieces[0], PathMatch):
+            pieces = [pieces[0]._replace(context=Context.QUOTED)]
+        return await self.render(pieces, name_only=name_only)
 
     async def value(self, value: Any, depth: int = 0) -> Any:
         """A JSON value with every string rewritten; keys must be identifiers."""
         if isinstance(value, str):
-            return await self.text(value)
+            return await self.text(value, field=True)
         if value is None or isinstance(value, bool | int):
             return value
         if isinstance(value, float):

@@ -591,3 +591,17 @@ def test_a_long_text_is_rewritten_in_slices_with_pauses() -> None:
     assert sliced == whole
     out = "".join(e.text for e in sliced if isinstance(e, Text))
     assert "zqsecret" not in out and out.count("r.txt") == text.count("r.txt")
+
+
+def test_a_field_that_is_a_path_becomes_its_bare_link() -> None:
+    """A JSON field whose value is a path and nothing else (a named event's
+    ``args.path``) becomes the link alone or the name, never a markdown link; a field
+    holding text with a path keeps the markdown link (the sixth red-team pass)."""
+    data = {"args": {"path": LINKED, "note": f"saved {LINKED} ok"}, "other": NAMED}
+    pipeline = ChatPipeline(StubLinks(), SETTINGS)
+    step = run_sync(pipeline.feed([SSEEvent(json.dumps(data), event="hermes.tool.progress")]))
+    (named,) = [e for e in step.events if isinstance(e, Named)]
+    link = named.data["args"]["path"]
+    assert link.startswith("http") and "[" not in link and "zqsecret" not in link, link
+    assert named.data["args"]["note"] == f"saved [report.pdf]({link}) ok"
+    assert named.data["other"] == "plan.md"
