@@ -192,6 +192,29 @@ def test_hostile_requests_get_4xx_or_a_clean_close(
     assert not _log_problems(services), _log_problems(services)
 
 
+def test_a_body_in_too_many_chunks_is_refused(services: Services) -> None:
+    """Each chunk of a chunked body costs parsing: past ``MAX_BODY_PIECES`` the request
+    is refused (400 ``bad_request``) and closed; a body in fewer chunks is served."""
+    body = json.dumps({"model": "demo", "messages": [{"role": "user", "content": "hi"}]})
+    for pieces, want in ((connections.MAX_BODY_PIECES + 50, 400), (1000, 200)):
+        step = max(1, len(body) * 1 // pieces)
+        parts = [body[i : i + step] for i in range(0, len(body), step)]
+        parts += [" "] * (pieces - len(parts))  # JSON allows trailing spaces
+        framed = b"".join(b"%x\r\n%s\r\n" % (len(p), p.encode()) for p in parts) + b"0\r\n\r\n"
+        head = [("Authorization", f"Bearer {KEY}"), ("Transfer-Encoding", "chunked")]
+        raw = _req(
+            "POST", "/v1/chat/completions", [*head, ("Connection", "close")], framed, length=False
+        )
+        o = run_case(
+            Case("many_chunks", "gateway", [raw], read_timeout=20), services.ports["gateway"]
+        )
+        assert o.statuses[:1] == [want], (pieces, o.statuses, o.raw[:300])
+        if want == 400:
+            assert b"bad_request" in o.raw and o.responses[0].closes
+    o = run_case(Case("health", "gateway", [FOLLOW_UP]), services.ports["gateway"])
+    assert o.statuses == [200]
+
+
 def test_bad_chunked_bodies_without_a_key_leave_both_servers_up(services: Services) -> None:
     """The reported crash: ~10 tries killed the gateway, 3 the proxy."""
     bad = _req(
