@@ -389,12 +389,14 @@ INNER_FOLDERS: tuple[str, ...] = (
 )
 _ORG_WORD = _rep(_ch(r"[\w.&,'+-]"), 1, 40)
 _SPACE = _rep(_alt(_enc(" "), _lit("\\ ")), 1, 3)
+_ORG_PAREN = _alt(_ORG_WORD, _seq(_enc("("), _ORG_WORD, _enc(")")))
 _INNER = _seq(
     _alt(
         *[_folder_name(w) for w in INNER_FOLDERS],
         # OneDrive - Contoso Ltd, Dropbox (Contoso), Visual Studio 2022
-        _seq(_folder_name("onedrive - "), _ORG_WORD, _rep(_seq(_SPACE, _ORG_WORD), 0, 3)),
-        _seq(_folder_name("dropbox ("), _ORG_WORD, _rep(_seq(_SPACE, _ORG_WORD), 0, 3), _enc(")")),
+        # (an org of up to nine words: "The University of Texas at Austin", "Contoso (EU)")
+        _seq(_folder_name("onedrive - "), _ORG_WORD, _rep(_seq(_SPACE, _ORG_PAREN), 0, 8)),
+        _seq(_folder_name("dropbox ("), _ORG_WORD, _rep(_seq(_SPACE, _ORG_WORD), 0, 8), _enc(")")),
         _seq(_folder_name("visual studio "), _rep(_ch("[0-9]"), 4, 4)),
     ),
     _look(_alt(_PS, _WS)),
@@ -775,11 +777,25 @@ _QUOTE_CLOSERS = {"`": "`", '"': '"', "'": "'", "<": ">"}
 #: Japanese prose quote paths so: « /Users/John Smith/x », „…“, 「…」)
 _QUOTE_CLOSERS |= {"“": "”", "‘": "’", "«": "»", "‹": "›", "„": "“", "「": "」", "『": "』"}
 _TYPO_CLOSERS = "”’»›“」』"
+#: a file name's extension, then words of a sentence (“/tmp/a.txt is mine”), not a
+#: folder with a dot in its name (“/Users/a/my.notes folder/x.txt”)
+#: a closing ``'``: not one between letters (``O'Brien``) nor one of the shell's ways
+#: to write an apostrophe inside single quotes (``'\\''``, ``'"'"'``)
+_SQ_CLOSER = r"""(?<!\\)(?<!")'(?![^\W_]|\\''|"'"')"""
+#: the text after a closing ``'`` at a buffer's end that could still make it none
+_SQ_UNDECIDED = re.compile(r"""|\\'?|"(?:'"?)?""")
+_EXT_SPACE = re.compile(r"(\.[A-Za-z][A-Za-z0-9]{0,7})\s+[^\s/\\]+\s")
 _NOT_BOUNDARY = frozenset("/\\.~")
 _WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-")
 _HEX = frozenset("0123456789abcdefABCDEF")
 #: a JSON escape that ends a path (odd backslash run, then ``" n r t b f``)
-_ESC_END = r'(?<!\\)(?:\\\\)*\\(?=["nrtbf]|u00[01][0-9a-fA-F])'
+#: a JSON escape that ends a path: a control character, a quote, or (ensure_ascii text) the
+#: escape of a character that is a stop itself (quotes, ``<>``, a backtick, ``«»``, ``“”``,
+#: ``‘’``, ``「」『』``)
+_ESC_END = (
+    r'(?<!\\)(?:\\\\)*\\(?=["nrtbf]|u00[01][0-9a-fA-F]'
+    r"|u(?:00(?:22|27|3[cCeE]|60|[aAbB][bB])|201[89cCdD]|300[c-fC-F]))"
+)
 #: a plain Windows path: ``\\`` is a separator, never an escape
 _STOP_WIN = re.compile(_STOP_CLASS)
 #: JSON-escaped paths: also JSON escapes (``\\n``, ``\\"``...)
@@ -888,11 +904,11 @@ def _quote_ends(esc: bool) -> dict[str, re.Pattern[str]]:
     part of the path)."""
     if not esc:
         ends = {c: re.compile(f"({re.escape(c)})|[\r\n]") for c in "`\"'>)]" + _TYPO_CLOSERS}
-        ends["'"] = re.compile(r"('(?![^\W_]))|[\r\n]")  # O'Brien: no closer
+        ends["'"] = re.compile(rf"({_SQ_CLOSER})|[\r\n]")
         return ends
     line_end = r"|[\r\n]|(?<!\\)(?:\\\\)*\\(?=[nr])"
     ends = {c: re.compile(f"({re.escape(c)}){line_end}") for c in "`'>" + _TYPO_CLOSERS}
-    ends["'"] = re.compile(rf"('(?![^\W_])){line_end}")  # O'Brien/x: no closer
+    ends["'"] = re.compile(rf"({_SQ_CLOSER}){line_end}")
     # a markdown link target or link text: a backslash-escaped bracket is the path's
     # (CommonMark: [x](/Users/a/a\\(1\\)/n)), a bracket after \\\\ closes it
     for c in ")]":
@@ -1080,6 +1096,12 @@ def _boundary_at(buf: str, k: int, flags: bool = True) -> bool:
         and (buf[k - 3] == "%" or (k >= 5 and buf[k - 5 : k - 2] == "%25"))
     ):
         return True
+    if ch in _HEX and k >= 6 and buf[k - 6 : k - 4] == "\\u":
+        # a JSON escape (ensure_ascii text): its character decides (\u201c/Users: a
+        # quote, \u6587/Users: CJK are boundaries; \u00e9/Users, caf\u00e9, is not)
+        code = buf[k - 4 : k]
+        if all(c in _HEX for c in code):
+            return is_boundary(chr(int(code, 16)))
     if ch >= "\x80":
         return False
     lo = max(0, k - 28)
@@ -1305,6 +1327,15 @@ def _read_on(
     if not (e and buf[e - 1].isalnum()) or (e + 1 < n and not buf[e + 1].isalnum()):
         return 0
     nxt = stop.search(buf, e + 1)
+    while nxt is not None and nxt.group() == "'" and buf[nxt.start() - 1].isalnum():
+        i = nxt.start()  # rock'n'roll/: another apostrophe between letters
+        if i + 1 == n:
+            if not final:
+                return -1
+            break
+        if not buf[i + 1].isalnum():
+            break
+        nxt = stop.search(buf, i + 1)
     end = nxt.start() if nxt is not None else n
     if end > limit:
         return 0
@@ -1766,11 +1797,19 @@ class PathDetector:
             return NeedMore(start)
         if m.group(1) is None:
             return None
-        if closer == "'" and m.end() == len(buf) and not final:
-            return NeedMore(start)  # O'Brien: a letter after the ' would make it no closer
+        if closer == "'" and not final and _SQ_UNDECIDED.fullmatch(buf, m.end()):
+            # O'Brien, O'\''Brien, O'"'"'Brien: what follows may make it no closer
+            return NeedMore(start)
         raw = buf[start : m.end() - 1].rstrip()
-        if self._second_start(buf, start, start + len(raw), memo):
+        # from start + 1: a memoised answer may be the start itself (« /x: a space before it)
+        if self._second_start(buf, start + 1, start + len(raw), memo):
             return None
+        if closer in _TYPO_CLOSERS:
+            # typographic quotes wrap sentences too (“/tmp/a.txt is mine and/or yours”):
+            # a file name's extension then a space ends the path there
+            ext = _EXT_SPACE.search(raw)
+            if ext is not None:
+                raw = raw[: ext.end(1)]
         return self._finish(raw, start, body, family, sp, ctx)
 
     def _second_start(self, buf: str, lo: int, hi: int, memo: Memo | None = None) -> bool:
