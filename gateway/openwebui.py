@@ -48,6 +48,8 @@ class OpenWebUIUser:
 
 #: the principal alphabet (ASCII: the owner travels in a header), at most 128 long
 _PLAIN_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
+#: the owner of requests with no known user; a user id spelled so is hashed
+ANONYMOUS = "anonymous"
 #: the hashed form; an id spelled like it is hashed too, so no two ids share an owner
 _HASHED_ID = re.compile(r"h-[0-9a-f]{32}")
 
@@ -55,7 +57,7 @@ _HASHED_ID = re.compile(r"h-[0-9a-f]{32}")
 def owner_for_user(user_id: str) -> str:
     """``openwebui:<id>``; ids outside the principal alphabet (any non-ASCII letter
     too) are hashed, not rejected."""
-    if _PLAIN_ID.fullmatch(user_id) and not _HASHED_ID.fullmatch(user_id):
+    if _PLAIN_ID.fullmatch(user_id) and not _HASHED_ID.fullmatch(user_id) and user_id != ANONYMOUS:
         return "openwebui:" + user_id
     raw = user_id.encode("utf-8", "surrogatepass")
     return "openwebui:h-" + hashlib.sha256(raw).hexdigest()[:32]

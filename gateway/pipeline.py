@@ -274,7 +274,7 @@ class _Choice:
     tools: dict[int, StreamRewriter] = field(default_factory=dict)
     finished: bool = False
     logprob: float = 0.0  # of text held back, attached to the next emitted text
-    #: the upstream sent logprobs for this choice (held text gets some only then)
+    #: the last content delta came with logprobs (held text gets some only then)
     has_logprobs: bool = False
 
 
@@ -524,8 +524,9 @@ class ChatPipeline(Scrubber):
             value = delta.get(channel)
             if isinstance(value, str) and value:
                 text = await self._feed_text(state, channel, value)
+                if channel == "content":
+                    state.has_logprobs = logprob is not None  # held text: as its last delta
                 if channel == "content" and logprob is not None:
-                    state.has_logprobs = True
                     state.logprob = max(state.logprob + logprob, _LOWEST)
                 if text:
                     events.append(Text(idx, channel, text))

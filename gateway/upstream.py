@@ -514,7 +514,8 @@ class Upstream:
                 f"The upstream model server's {what} is not a JSON object.",
                 code="upstream_bad_response",
             )
-        if data.get("error") and not any(k in data for k in ("choices", "output", "data")):
+        answered = bool(data.get("choices")) or "output" in data or "data" in data
+        if not answered and (data.get("error") is not None or data.get("object") == "error"):
             # HTTP 200 with only an error: a failure, not an empty success
             failed = _error_from_body(500, body, None, self.scrub)
             raise UpstreamHTTPError(

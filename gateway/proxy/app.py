@@ -37,7 +37,7 @@ from gateway.config import Config
 from gateway.errors import AuthError, GatewayError, RequestError, UpstreamError
 from gateway.fronts.chat import SAMPLING_KEYS, validate_chat_body
 from gateway.fronts.openwebui import OpenWebUIEncoder, ends_with_note
-from gateway.openwebui import OpenWebUI, owner_for_user
+from gateway.openwebui import ANONYMOUS, OpenWebUI, owner_for_user
 from gateway.proxy.delivery import Delivery
 from gateway.proxy.health import GatewayHealth
 from gateway.proxy.identity import Identity, identify, identity_hint, requested_mode
@@ -226,7 +226,7 @@ def _models(data: Any, scrub: Callable[[str], str]) -> dict[str, Any]:
 
 
 async def _stream(ps: ProxyState, body: dict[str, Any], ident: Identity, mode: str) -> Response:
-    owner = ident.owner or "openwebui:anonymous"
+    owner = ident.owner or "openwebui:" + ANONYMOUS
     run_body = {"model": body["model"], "messages": body["messages"]}
     # Open WebUI's per-model params (temperature, max_tokens...) reach the upstream
     run_body.update({k: body[k] for k in SAMPLING_KEYS if k in body})
@@ -268,7 +268,7 @@ async def _background_task(
     ps: ProxyState, body: dict[str, Any], ident: Identity, mode: str
 ) -> Response:
     """A non-streamed request (Open WebUI's titles, tags, follow-ups): file names only."""
-    owner = ident.owner or "openwebui:anonymous"
+    owner = ident.owner or "openwebui:" + ANONYMOUS
     fwd = {k: body[k] for k in ("model", "messages", *SAMPLING_KEYS) if k in body}
     try:
         r = await ps.client.post(

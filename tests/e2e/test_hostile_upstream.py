@@ -437,12 +437,22 @@ async def test_a_plain_answer_that_is_only_an_error(nursery: trio.Nursery, tmp_p
             headers=json_headers,
         ),
         Scripted([json.dumps({"error": "no capacity"}).encode()], headers=json_headers),
+        *[
+            Scripted([json.dumps(body).encode()], headers=json_headers)
+            for body in (
+                {"error": {"message": "m"}, "choices": None},
+                {"error": {"message": "m"}, "choices": []},
+                {"error": {}},
+                {"error": False},
+                {"object": "error", "message": "bad /Users/zqsecret/x", "code": 400},  # vLLM
+            )
+        ],
         Scripted([b'{"a":' * 5000 + b"1" + b"}" * 5000], headers=json_headers),
     ]
     transport = ScriptedTransport(lambda req: answers.pop(0))
     gw = await start_gateway(nursery, make_config(tmp_path, SCRIPTED_URL), transport=transport)
     async with gw.client() as c:
-        for want in ("upstream_error", "upstream_error", "upstream_bad_response"):
+        for want in ("upstream_error",) * 7 + ("upstream_bad_response",):
             resp = await c.post(CHAT, json={"model": "m", "messages": MESSAGES, "stream": False})
             assert resp.status_code == 502, resp.text
             err = resp.json()["error"]
@@ -454,9 +464,13 @@ async def test_a_plain_answer_that_is_only_an_error(nursery: trio.Nursery, tmp_p
 async def test_no_logprobs_are_invented(nursery: trio.Nursery, tmp_path: Path) -> None:
     """With logprobs enabled, an upstream that sends none gets none relayed, also for
     text the rewriter held back (a path, a lone letter; the sixth red-team pass)."""
+    with_lp = {"content": [{"token": "see ", "logprob": -0.5, "bytes": [], "top_logprobs": []}]}
     events = [
         chunk({"content": "see /Users/zqsecret/out/report.pdf"}),
         chunk({"content": " and a"}),
+        # logprobs for one delta, none for the path after it: the held path gets none
+        encode_json({"choices": [{"index": 0, "delta": {"content": "see "}, "logprobs": with_lp}]}),
+        chunk({"content": "/tmp/zqz/report.txt"}),
         chunk({}, "stop"),
         DONE,
     ]
@@ -466,7 +480,11 @@ async def test_no_logprobs_are_invented(nursery: trio.Nursery, tmp_path: Path) -
     async with gw.client() as c:
         resp = await stream(c)
     assert resp.status_code == 200 and "zqsecret" not in resp.text
-    assert '"logprobs"' not in resp.text or all(
-        choice.get("logprobs") is None for ch in chunks_of(resp) for choice in ch["choices"]
-    ), resp.text
+    tokens = [
+        e["token"]
+        for ch in chunks_of(resp)
+        for choice in ch["choices"]
+        for e in (choice.get("logprobs") or {}).get("content", [])
+    ]
+    assert tokens == ["asee "], resp.text  # the held "a" goes out with the next delta
     assert "report.pdf" in resp.text

@@ -28,3 +28,4 @@ def test_examples() -> None:
     hashed = owner_for_user("ü").removeprefix("openwebui:")
     assert owner_for_user(hashed) != owner_for_user("ü")  # spelled like a hash: hashed again
     assert owner_for_user("\ud800").startswith("openwebui:h-")  # a lone surrogate
+    assert owner_for_user("anonymous") != "openwebui:anonymous"  # the no-user owner
