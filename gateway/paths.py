@@ -583,13 +583,24 @@ _POSIX_DRIVES = _alt(
 )
 
 
+def _unc_start() -> _P:
+    """``\\\\server\\share`` (separators in any spelling), or a share's root with its
+    space-holding top folder (:data:`_SHARE_TOP`)."""
+    lead = _alt(_rep(_BS, 2, 8), _rep(_BS_ENC, 2, 2))
+    # a share's name may start with a JSON-escaped letter (``\u00e9quipe``: JSON text
+    # written with ensure_ascii; found by the soak with HTML-encoded separators)
+    share = _look(_alt(_ch(r"[\w.$%-]"), _seq(_lit("\\u"), _ch("[0-9a-f]"))))
+    # so may the host's, escaped once or twice (\\\\\\u00e9quipe)
+    host = _opt(_seq(_rep(_BS, 0, 1), _NON_ASCII_ESC))
+    return _seq(lead, _alt(_SHARE_TOP, _seq(host, _rep(_ch(r"[\w.$-]"), 1, 63), _WS, share)))
+
+
 def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
     """Every start form, one named alternative per family (longest and most
     specific first: a configured root before the default roots)."""
     any_sep, file_tail = _ANY_SEP, _FILE_TAIL
     roots = _alt(*[_segments(r) for r in DEFAULT_ROOT_NAMES])
     user = _seq(_ch("[a-z_]"), _rep(_ch(r"[\w.-]"), 0, 31))
-    unc_lead = _alt(_rep(_BS, 2, 8), _rep(_BS_ENC, 2, 2))
     # every separator but a plain // (a URL host follows it); the escaped ones before a bare
     # backslash (C:\u002fx is C:/x, not C:\ and a folder u002fx)
     drive_sep = _alt(_BS_ENC, *_PS_ENC, _seq(_lit("/"), _look(_ch("[^/]"))), _rep(_BS, 1, 8))
@@ -597,11 +608,6 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
     alts = []
     if cfg_roots:
         alts.append(_cfg_start(cfg_roots))
-    # a share's name may start with a JSON-escaped letter (``\u00e9quipe``: JSON text
-    # written with ensure_ascii; found by the soak with HTML-encoded separators)
-    share = _look(_alt(_ch(r"[\w.$%-]"), _seq(_lit("\\u"), _ch("[0-9a-f]"))))
-    # so may the host's, escaped once or twice (\\\\\\u00e9quipe)
-    host = _opt(_seq(_rep(_BS, 0, 1), _NON_ASCII_ESC))
     return [
         *alts,
         # a default root may be followed by a Windows separator: /home\\bob\\x (mixed),
@@ -627,10 +633,7 @@ def _start_grammar(cfg_roots: tuple[str, ...]) -> list[_P]:
         ),
         _group("uri", _seq(_PS, _PS, _lit("file"), file_tail)),
         _group("device", _device_start()),
-        _group(
-            "unc",
-            _seq(unc_lead, _alt(_SHARE_TOP, _seq(host, _rep(_ch(r"[\w.$-]"), 1, 63), _WS, share))),
-        ),
+        _group("unc", _unc_start()),
         _group("drive", _seq(_ch("[a-z]"), _COLON, _then_spacey(drive_sep, any_sep))),
         # \\Users\\bob: no drive; NT namespace paths \\Device\\<name>\\..., \\SystemRoot\\...
         _group(
