@@ -165,13 +165,15 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> int | No
     return int(min(max(delta, 0), MAX_RETRY_AFTER))
 
 
-def _error_from_body(
-    status: int, body: bytes, retry_after: str | None, scrub: Scrub
-) -> UpstreamHTTPError:
+def _error_text(body: bytes, scrub: Scrub) -> tuple[str, str]:
+    """(message, code) of an OpenAI-style error body (``{"error": {...}}``, a string, or
+    vLLM's ``{"object": "error", "message": ...}``); "" for what it does not hold."""
     message = code = ""
     try:
         data = json.loads(body)
         err = data.get("error") if isinstance(data, dict) else None
+        if isinstance(data, dict) and data.get("object") == "error":
+            err = data
         if isinstance(err, dict):
             raw = err.get("message")
             # a string only: the repr of a list or dict doubles every backslash (one JSON
@@ -184,7 +186,13 @@ def _error_from_body(
         pass
     # never relay a raw path from an error body; rewritten whole (the body is bounded by
     # MAX_ERROR_BODY), then cut: a path cut short would keep a folder as its "name"
-    message = scrub(message)[:500]
+    return scrub(message)[:500], code
+
+
+def _error_from_body(
+    status: int, body: bytes, retry_after: str | None, scrub: Scrub
+) -> UpstreamHTTPError:
+    message, code = _error_text(body, scrub)
     quoted = f" ({message})" if message else ""
     if status in (404, 405, 501) and not message:
         # no OpenAI-style error: not a model server's answer about the request, but a
@@ -517,9 +525,10 @@ class Upstream:
         answered = bool(data.get("choices")) or "output" in data or "data" in data
         if not answered and (data.get("error") is not None or data.get("object") == "error"):
             # HTTP 200 with only an error: a failure, not an empty success
-            failed = _error_from_body(500, body, None, self.scrub)
+            message = _error_text(body, self.scrub)[0]
             raise UpstreamHTTPError(
-                failed.message.replace("failed with HTTP 500", f"sent an error as its {what}"),
+                f"The upstream model server sent an error as its {what}."
+                + (f" ({message})" if message else ""),
                 code="upstream_error",
                 status=502,
             )
