@@ -316,7 +316,7 @@ class GatewayH11Protocol(H11Protocol):
     stop_reading = False
     #: the current request is the connection's last: drop whatever the client sends
     ignore_input = False
-    #: body pieces (h11 ``Data`` events) of the current request so far
+    #: chunks of the current request's chunked body so far
     body_pieces = 0
 
     async def _check_protocol(self, event: h11.Request) -> None:
@@ -440,7 +440,7 @@ class GatewayH11Protocol(H11Protocol):
             ):
                 break
             elif isinstance(event, h11.Data):
-                self.body_pieces += 1
+                self.body_pieces += event.chunk_start  # a new chunk, not a new read
                 if self.body_pieces > MAX_BODY_PIECES:
                     raise Refused(
                         400,
