@@ -17,10 +17,11 @@ import trio
 from gateway.artifacts import ArtifactService
 from gateway.auth import Authenticator
 from gateway.config import Config
+from gateway.lean import lean_route
 from gateway.openwebui import OpenWebUI
 from gateway.pipeline import PipelineSettings
 from gateway.reaper import MaintenanceSettings, new_holder_id, run_maintenance
-from gateway.routes import blueprints
+from gateway.routes import blueprints, chat, health
 from gateway.runbus import RunBus
 from gateway.runs import Runs
 from gateway.sessions import Sessions
@@ -105,6 +106,11 @@ def create_app(
     app.on_request = on_request
     for bp in blueprints():
         app.register_blueprint(bp)
+    # the hot routes, served without quart's request and response (gateway.lean)
+    app.lean_routes = {
+        ("POST", chat.ROUTE): lean_route(chat.ROUTE, chat.chat_reply),
+        ("GET", "/health"): lean_route("/health", health.health_reply),
+    }
 
     services = trio.CancelScope()
 

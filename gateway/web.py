@@ -20,8 +20,9 @@ import logging
 import math
 import re
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from types import MappingProxyType
 from typing import Any
 
 import trio
@@ -39,15 +40,18 @@ from gateway.shapes import JSONTooDeep, loads_bounded
 from gateway.sse import UNPAIRED
 
 __all__ = [
+    "SSE_HEAD",
     "SSE_HEADERS",
     "ChannelBody",
     "GatewayHTTPConnection",
     "ServiceApp",
     "bearer_token",
     "cleanup_stack",
+    "error_parts",
     "error_response",
     "install_common",
     "json_body",
+    "json_bytes",
     "json_response",
     "parse_json_object",
     "sse_response",
@@ -61,6 +65,7 @@ SSE_HEADERS = {
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",
 }
+SSE_HEAD = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in SSE_HEADERS.items()]
 _LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
@@ -71,6 +76,8 @@ class ServiceApp(QuartTrio):
     no_requests: trio.Event | None = None
     #: called once per finished request: (route, status, bytes, seconds)
     on_request: Callable[[str, int, int, float], None] | None = None
+    #: ``(method, path)`` -> a server of that request without quart (gateway.lean)
+    lean_routes: Mapping[tuple[str, str], Callable[..., Awaitable[None]]] = MappingProxyType({})
 
 
 class GatewayHTTPConnection(TrioASGIHTTPConnection):
@@ -108,6 +115,12 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
         one task for the messages and one for the request, and waited for both): the
         body of a nursery is inside its cancel scope, so a disconnect seen by the
         message task still cancels the request, and the request's end the messages."""
+        scope: Any = self.scope
+        lean = getattr(self.app, "lean_routes", None)
+        serve = lean.get((scope["method"], scope["path"])) if lean else None
+        if serve is not None:
+            await serve(self, receive, send, scope.get(WRITES_KEY))
+            return
         request = self._create_request_from_scope(send)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.handle_messages, nursery, request, receive)
@@ -119,16 +132,28 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
         if type(body) is not ChannelBody or writes is None:
             await super()._send_response(send, response)
             return
-        await self._send_stream(send, response, body, writes)
+        headers = encode_headers(response.headers)
+        await self.send_stream(send, response.status_code, body, writes, headers)
 
-    async def _send_stream(self, send: Any, response: Any, body: ChannelBody, writes: Any) -> None:
+    async def send_stream(
+        self,
+        send: Any,
+        status: int,
+        body: ChannelBody,
+        writes: Any,
+        headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
         """quart's ``_send_response`` for a relayed stream, its writes joined: what is
         ready together leaves in one write (the head with the events already relayed,
-        the last events with the body's end), and nothing ever waits for more."""
+        the last events with the body's end), and nothing ever waits for more.
+        ``writes``: the connection's (``scope[WRITES_KEY]``), None where there is none
+        (quart's test client); ``headers``: :data:`SSE_HEADERS` unless given."""
+        if writes is None:
+            writes = _NoJoin()
         writes.cork()
         try:
-            start = {"status": response.status_code, "headers": encode_headers(response.headers)}
-            await send({"type": "http.response.start", **start})
+            head = SSE_HEAD if headers is None else headers
+            await send({"type": "http.response.start", "status": status, "headers": head})
             async with body as chunks:
                 # the relay's first step (what is here already): its producer was started
                 # with this batch of runnable tasks, whose order trio randomizes, so it has
@@ -161,6 +186,16 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
                 nbytes,
                 seconds * 1000,
             )
+
+
+class _NoJoin:
+    """Writes that cannot be joined (no gateway connection under the app)."""
+
+    def cork(self) -> None:
+        pass
+
+    async def flush(self, *, uncork: bool = False) -> None:
+        pass
 
 
 def cleanup_stack() -> AsyncExitStack:
@@ -212,17 +247,30 @@ def sse_response(body: ChannelBody) -> Response:
     return response
 
 
+def json_bytes(obj: Any) -> bytes:
+    """A JSON response body (UTF-8; a lone surrogate from upstream is replaced)."""
+    return json.dumps(obj, ensure_ascii=False).encode("utf-8", UNPAIRED)
+
+
 def json_response(obj: Any, status: int = 200) -> Response:
-    body = json.dumps(obj, ensure_ascii=False).encode("utf-8", UNPAIRED)
-    return Response(body, status=status, content_type="application/json")
+    return Response(json_bytes(obj), status=status, content_type="application/json")
+
+
+def error_parts(exc: GatewayError) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """The status, extra headers and JSON body of an error answer."""
+    headers: list[tuple[bytes, bytes]] = []
+    if exc.retry_after is not None:
+        headers.append((b"retry-after", str(exc.retry_after).encode()))
+    if exc.status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="artifact-gateway"'))
+    return exc.status, headers, json_bytes(exc.to_dict())
 
 
 def error_response(exc: GatewayError) -> Response:
-    resp = json_response(exc.to_dict(), exc.status)
-    if exc.retry_after is not None:
-        resp.headers["Retry-After"] = str(exc.retry_after)
-    if exc.status == 401:
-        resp.headers["WWW-Authenticate"] = 'Bearer realm="artifact-gateway"'
+    status, headers, body = error_parts(exc)
+    resp = Response(body, status=status, content_type="application/json")
+    for name, value in headers:
+        resp.headers[name.decode()] = value.decode()
     return resp
 
 
@@ -333,6 +381,7 @@ def install_common(app: QuartTrio, max_body_bytes: int, what: str) -> None:
     http_codes = {
         404: ("not_found", f"No such route on this {what}; see docs/api.md."),
         405: ("method_not_allowed", "This route does not accept that HTTP method."),
+        408: ("request_timeout", "The request body did not arrive in time."),
         413: ("request_too_large", f"The request body is larger than the {what} accepts."),
     }
 

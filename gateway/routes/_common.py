@@ -1,22 +1,69 @@
-"""What the API server's routes share: who is asking, the upstream stream, the SSE reply."""
+"""What the API server's routes share: who is asking, the upstream stream, the SSE reply.
+
+A handler that is also served without quart (:mod:`gateway.lean`) reads its request
+through :class:`gateway.lean.Incoming`; :class:`QuartIncoming` is quart's request
+seen that way, :func:`to_response` turns its :data:`gateway.lean.Reply` into quart's.
+"""
 
 from __future__ import annotations
 
 import time
+from contextlib import AsyncExitStack
 from typing import Any
 
 from quart import Response, request
 
 from gateway.auth import Caller
 from gateway.errors import GatewayError
+from gateway.lean import Incoming, Reply, StreamReply
 from gateway.pipeline import ChatPipeline
 from gateway.relay import Front, Relay, RelayOptions
 from gateway.sources import SSESource
 from gateway.state import GatewayState, current
 from gateway.upstream import StreamResponse, close_quietly, metric_code
-from gateway.web import ChannelBody, cleanup_stack, json_body, max_json_depth, sse_response
+from gateway.web import (
+    ChannelBody,
+    json_body,
+    json_response,
+    max_json_depth,
+    sse_response,
+)
 
-__all__ = ["authenticate", "body", "open_upstream", "relay_response", "stream_pipeline"]
+__all__ = [
+    "QuartIncoming",
+    "authenticate",
+    "authenticate_from",
+    "body",
+    "open_upstream",
+    "pipeline_body",
+    "relay_body",
+    "relay_response",
+    "stream_pipeline",
+    "to_response",
+]
+
+
+class QuartIncoming(Incoming):
+    """quart's current request, as a handler of :mod:`gateway.lean` reads it."""
+
+    def __init__(self) -> None:
+        self.headers = request.headers
+        self.scope = request.scope  # type: ignore[assignment]
+
+    async def json(self, max_depth: int) -> dict[str, Any]:
+        return await json_body(max_depth)
+
+
+def to_response(reply: Reply) -> Response:
+    if isinstance(reply, StreamReply):
+        return sse_response(reply.body)
+    return json_response(reply.obj, reply.status)
+
+
+def authenticate_from(st: GatewayState, req: Incoming) -> Caller:
+    caller = st.auth.authenticate(req.headers)
+    req.scope["gateway.principal"] = caller.owner
+    return caller
 
 
 def authenticate() -> Caller:
@@ -29,7 +76,9 @@ async def body() -> dict[str, Any]:
     return await json_body(max_json_depth(current().config))
 
 
-async def open_upstream(st: GatewayState, ubody: dict[str, Any], pid: str) -> StreamResponse:
+async def open_upstream(
+    st: GatewayState, ubody: dict[str, Any], pid: str, req: Incoming | None = None
+) -> StreamResponse:
     """Open the upstream stream (closed with the request, whatever happens)."""
     t0 = time.perf_counter()
     try:
@@ -38,14 +87,16 @@ async def open_upstream(st: GatewayState, ubody: dict[str, Any], pid: str) -> St
         st.metrics.upstream_errors.labels(metric_code(exc)).inc()
         raise
     st.metrics.first_byte.observe(time.perf_counter() - t0)
-    cleanup_stack().push_async_callback(close_quietly, resp)
+    scope: Any = req.scope if req is not None else request.scope
+    stack: AsyncExitStack = scope["gateway.cleanup"]
+    stack.push_async_callback(close_quietly, resp)
     return resp
 
 
-def relay_response(
+def relay_body(
     st: GatewayState, route: str, relay: Relay[Any, Any, bytes], on_close: Any = None
-) -> Response:
-    """An SSE response whose body is ``relay`` (counted as an open stream)."""
+) -> ChannelBody:
+    """An SSE body that is ``relay`` (counted as an open stream)."""
     gauge = st.metrics.open_streams.labels(route)
     gauge.inc()
 
@@ -54,18 +105,25 @@ def relay_response(
         if on_close is not None:
             on_close()
 
-    return sse_response(ChannelBody(relay, on_close=closed))
+    return ChannelBody(relay, on_close=closed)
 
 
-def stream_pipeline(
+def relay_response(
+    st: GatewayState, route: str, relay: Relay[Any, Any, bytes], on_close: Any = None
+) -> Response:
+    """An SSE response whose body is ``relay`` (counted as an open stream)."""
+    return sse_response(relay_body(st, route, relay, on_close))
+
+
+def pipeline_body(
     st: GatewayState,
     route: str,
     resp: StreamResponse,
     pipeline: ChatPipeline,
     front: Front[Any, bytes],
     opts: RelayOptions | None = None,
-) -> Response:
-    """Relay an upstream stream through ``pipeline`` to ``front`` as the response body."""
+) -> ChannelBody:
+    """Relay an upstream stream through ``pipeline`` to ``front`` (an SSE body)."""
     held = [0]
 
     def on_held(chars: int) -> None:
@@ -80,4 +138,16 @@ def stream_pipeline(
         opts = replace(opts, on_held=on_held)
     source = SSESource.from_response(resp, max_event_bytes=st.config.limits.max_event_bytes)
     relay: Relay[Any, Any, bytes] = Relay(source, pipeline, front, opts)
-    return relay_response(st, route, relay, on_close=lambda: st.count_rewrites(pipeline))
+    return relay_body(st, route, relay, on_close=lambda: st.count_rewrites(pipeline))
+
+
+def stream_pipeline(
+    st: GatewayState,
+    route: str,
+    resp: StreamResponse,
+    pipeline: ChatPipeline,
+    front: Front[Any, bytes],
+    opts: RelayOptions | None = None,
+) -> Response:
+    """:func:`pipeline_body` as quart's response."""
+    return sse_response(pipeline_body(st, route, resp, pipeline, front, opts))

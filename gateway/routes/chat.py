@@ -1,10 +1,15 @@
-"""``POST /v1/chat/completions``: the chat relay, streamed or not."""
+"""``POST /v1/chat/completions``: the chat relay, streamed or not.
+
+Served without quart (:mod:`gateway.lean`, registered by :func:`gateway.app.create_app`);
+the quart route answers the same through the same :func:`chat_reply` (quart's test
+client, and any way in that is not the gateway's own connection class).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from quart import Blueprint, Response, request
+from quart import Blueprint, Response
 
 from gateway.auth import effective_link_mode
 from gateway.fronts.chat import (
@@ -14,10 +19,16 @@ from gateway.fronts.chat import (
     validate_chat_body,
 )
 from gateway.history import prepare_messages
-from gateway.routes._common import authenticate, body, open_upstream, stream_pipeline
+from gateway.lean import Incoming, JSONReply, Reply, StreamReply
+from gateway.routes._common import (
+    QuartIncoming,
+    authenticate_from,
+    open_upstream,
+    pipeline_body,
+    to_response,
+)
 from gateway.sessions import session_id_from
-from gateway.state import current
-from gateway.web import json_response
+from gateway.state import GatewayState, current
 
 bp = Blueprint("chat", __name__)
 ROUTE = "/v1/chat/completions"
@@ -25,15 +36,18 @@ ROUTE = "/v1/chat/completions"
 
 @bp.post(ROUTE)
 async def chat_completions() -> Response:
-    st = current()
-    caller = authenticate()
-    b = await body()
+    return to_response(await chat_reply(current(), QuartIncoming()))
+
+
+async def chat_reply(st: GatewayState, req: Incoming) -> Reply:
+    caller = authenticate_from(st, req)
+    b = await req.json(st.config.limits.max_json_depth)
     stream = validate_chat_body(b)
     mode = effective_link_mode(caller, b, st.config.artifacts.default_link_mode)
     resolver = st.resolver(caller.owner, mode, names_only=caller.names_only)
     pipeline = st.pipeline(resolver)
     pid = st.signer.principal_id(caller.owner)
-    sid = session_id_from(request.headers.get("X-Session-Id"), b)
+    sid = session_id_from(req.headers.get("X-Session-Id"), b)
     new_messages: list[dict[str, Any]] = list(b["messages"])
     history = await st.sessions.history(caller.owner, sid) if sid is not None else []
     messages = await prepare_messages(st, caller.owner, [*history, *new_messages])
@@ -50,7 +64,7 @@ async def chat_completions() -> Response:
         out = completion_object(front, events, pipeline.manifest())
         st.count_rewrites(pipeline)
         await remember("completed")
-        return json_response(out)
-    resp = await open_upstream(st, ubody, pid)
+        return JSONReply(out)
+    resp = await open_upstream(st, ubody, pid, req)
     opts = st.relay_options(on_outcome=remember)
-    return stream_pipeline(st, ROUTE, resp, pipeline, front, opts)
+    return StreamReply(pipeline_body(st, ROUTE, resp, pipeline, front, opts))

@@ -1,0 +1,253 @@
+"""Routes served straight from the ASGI scope: no quart request, context or response.
+
+A request through quart-trio builds a ``Request`` (werkzeug headers, a body object, a
+second task reading the ASGI messages), pushes an app and a request context, runs the
+dispatch with its hooks and error handlers, builds a ``Response`` and sends it through
+quart's generic sender: about 0.5 ms of CPU per request on the benchmark's machine,
+a fifth of a streamed chat request (docs/benchmarks.md, "Round 4"). The API server's
+hot routes (``POST /v1/chat/completions``, ``GET /health``) are served here instead,
+by the same handler code the quart routes call (:class:`Incoming` is what a handler
+reads, :data:`Reply` what it returns), so both ways answer alike:
+
+* the body: ``server.max_body_bytes`` (413 ``request_too_large``, at once when the
+  declared length is larger), quart's ``BODY_TIMEOUT`` for the whole body (408
+  ``request_timeout``), a client gone while it arrives ends the request silently;
+* once the body is read, a client that disconnects cancels the request (the upstream
+  stream is closed), as quart-trio's message task does;
+* every :class:`~gateway.errors.GatewayError` leaves as the JSON error of
+  :func:`gateway.web.error_parts`; anything else is logged and answered 500
+  ``internal_error`` without details (a failure after the answer started closes the
+  connection, as it does through quart).
+
+Other methods and paths (405, 404, ``HEAD``) take quart's way. The route's label
+(``scope["gateway.route"]``) and principal feed the access line and metrics as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from gateway.errors import GatewayError, RequestError
+from gateway.web import ChannelBody, error_parts, json_bytes, parse_json_object
+
+__all__ = [
+    "Incoming",
+    "JSONReply",
+    "LeanRequest",
+    "LeanRoute",
+    "Reply",
+    "ScopeHeaders",
+    "StreamReply",
+    "lean_route",
+    "serve_lean",
+]
+
+log = logging.getLogger("gateway")
+
+
+@dataclass
+class JSONReply:
+    """A JSON answer."""
+
+    obj: Any
+    status: int = 200
+
+
+@dataclass
+class StreamReply:
+    """An SSE answer whose body is a relay (``gateway.web.SSE_HEADERS``)."""
+
+    body: ChannelBody
+
+
+Reply = JSONReply | StreamReply
+
+
+class Incoming:
+    """What a route handler reads of its request, whichever way it came."""
+
+    headers: Any  # gateway.auth.HeaderLookup
+    scope: dict[str, Any]
+
+    async def json(self, max_depth: int) -> dict[str, Any]:
+        """The request's JSON object body (``RequestError`` when it is not one)."""
+        raise NotImplementedError
+
+
+class ScopeHeaders:
+    """Case-insensitive ``get``/``getlist`` over ASGI headers (latin-1, as werkzeug's)."""
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+        self._raw = raw
+
+    def getlist(self, key: str, /) -> list[str]:
+        k = key.lower().encode("latin-1")
+        return [v.decode("latin-1") for n, v in self._raw if n.lower() == k]
+
+    def get(self, key: str, default: str | None = None, /) -> str | None:
+        k = key.lower().encode("latin-1")
+        for n, v in self._raw:
+            if n.lower() == k:
+                return v.decode("latin-1")
+        return default
+
+
+class _Gone(Exception):
+    """The client disconnected while its request body arrived."""
+
+
+@dataclass
+class LeanRequest(Incoming):
+    scope: dict[str, Any]
+    receive: Callable[[], Awaitable[Any]]
+    max_body_bytes: int
+    body_timeout: float
+    #: once the body is read, a task here cancels the request when the client leaves
+    nursery: trio.Nursery
+    what: str = "gateway"
+    headers: ScopeHeaders = field(init=False)
+    _body: bytes | None = None
+
+    def __post_init__(self) -> None:
+        self.headers = ScopeHeaders(self.scope["headers"])
+
+    async def body(self) -> bytes:
+        if self._body is None:
+            self._body = await self._read_body()
+            self.nursery.start_soon(self._watch_disconnect)
+        return self._body
+
+    async def json(self, max_depth: int) -> dict[str, Any]:
+        return parse_json_object(await self.body(), max_depth=max_depth)
+
+    def _too_large(self) -> GatewayError:
+        return RequestError(
+            f"The request body is larger than the {self.what} accepts.",
+            code="request_too_large",
+            status=413,
+        )
+
+    async def _read_body(self) -> bytes:
+        declared = self.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            raise self._too_large()
+        parts: list[bytes] = []
+        size = 0
+        with trio.move_on_after(self.body_timeout) as waited:
+            while True:
+                message = await self.receive()
+                if message["type"] != "http.request":
+                    raise _Gone
+                data = message.get("body", b"")
+                if data:
+                    size += len(data)
+                    if size > self.max_body_bytes:
+                        raise self._too_large()
+                    parts.append(data)
+                if not message.get("more_body", False):
+                    break
+        if waited.cancelled_caught:
+            raise RequestError(
+                f"The request body did not arrive within {self.body_timeout:g} s.",
+                code="request_timeout",
+                status=408,
+            )
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def _watch_disconnect(self) -> None:
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                self.nursery.cancel_scope.cancel()
+                return
+
+
+#: a lean route: the app's state and the request -> the reply
+LeanRoute = Callable[[Any, Incoming], Awaitable[Reply]]
+
+_JSON_HEAD = [(b"content-type", b"application/json")]
+
+
+async def _send_json(
+    send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> None:
+    head = [*_JSON_HEAD, (b"content-length", b"%d" % len(body)), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def lean_route(route: str, handler: LeanRoute) -> Callable[..., Awaitable[None]]:
+    """What ``ServiceApp.lean_routes`` maps a ``(method, path)`` to: serve it with
+    ``handler``, labelled ``route`` (``conn, receive, send, writes``)."""
+
+    async def serve(conn: Any, receive: Any, send: Any, writes: Any) -> None:
+        await serve_lean(conn, route, handler, receive, send, writes)
+
+    return serve
+
+
+async def serve_lean(
+    conn: Any, route: str, handler: LeanRoute, receive: Any, send: Any, writes: Any
+) -> None:
+    """Serve one request with ``handler`` (``conn``: the app's ASGI connection, a
+    :class:`gateway.web.GatewayHTTPConnection`)."""
+    scope: dict[str, Any] = conn.scope
+    scope["gateway.route"] = route
+    app = conn.app
+    started = [False]
+
+    async def tracked(message: Any) -> None:
+        started[0] = True
+        await send(message)
+
+    async with trio.open_nursery() as nursery:
+        req = LeanRequest(
+            scope,
+            receive,
+            int(app.config["MAX_CONTENT_LENGTH"]),
+            float(app.config["BODY_TIMEOUT"] or "inf"),
+            nursery,
+            getattr(app, "lean_what", "gateway"),
+        )
+        try:
+            reply = await handler(app.gateway, req)
+            if isinstance(reply, StreamReply):
+                await conn.send_stream(tracked, 200, reply.body, writes)
+            else:
+                await _send_joined(tracked, reply.status, [], json_bytes(reply.obj), writes)
+        except _Gone:
+            pass
+        except GatewayError as exc:
+            if started[0]:
+                raise
+            await _send_joined(tracked, *error_parts(exc), writes)
+        except Exception:
+            if started[0]:
+                raise
+            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+            failed = GatewayError(
+                f"The {req.what} failed unexpectedly; the error was logged.", code="internal_error"
+            )
+            await _send_joined(tracked, *error_parts(failed), writes)
+        nursery.cancel_scope.cancel()
+
+
+async def _send_joined(
+    send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes, writes: Any
+) -> None:
+    """A whole JSON answer, its head and body in one write when the connection allows."""
+    if writes is None:
+        await _send_json(send, status, headers, body)
+        return
+    writes.cork()
+    try:
+        await _send_json(send, status, headers, body)
+    finally:
+        await writes.flush(uncork=True)
