@@ -28,10 +28,11 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import os
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import Any, Literal, TextIO
@@ -139,7 +140,32 @@ def log_access(
     The arguments come in the order the connection class has them; never pass a key.
     """
     entry = AccessEntry(method, path, route, status, nbytes, duration_ms, principal)
+    handler = _direct_handler(logger)
+    if handler is not None and handler.write_access(logger.name, entry):
+        return
     logger.info("%s", access_message(entry), extra={"access": entry})
+
+
+def _direct_handler(logger: logging.Logger) -> _GatewayHandler | None:
+    """The handler of :func:`configure_logging` when it alone would write an INFO line
+    of ``logger`` unchanged (no other handler, filter or level on the way), so the line
+    may be written without building a ``LogRecord`` (an access line per request)."""
+    handler = _installed
+    root = logging.root
+    if handler is None or root.handlers != [handler] or root.manager.disable >= logging.INFO:
+        return None
+    if logger.filters or not logger.isEnabledFor(logging.INFO):
+        return None
+    node: Any = logger
+    while node is not root:
+        if node.handlers or not node.propagate:
+            return None
+        node = node.parent
+    if handler.level > logging.INFO or handler.filters != handler.own_filters:
+        return None
+    if handler.formatter is not handler.own_formatter:
+        return None
+    return handler
 
 
 def format_access_line(
@@ -179,13 +205,16 @@ class TextFormatter(logging.Formatter):
     """``<local time> <process> <LEVEL> <component>: <message>``, traceback lines after."""
 
     def format(self, record: logging.LogRecord) -> str:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created))
-        level = _TEXT_LEVEL.get(record.levelname, record.levelname)
         process = getattr(record, "gateway_process", "gateway")
-        component = _component(record.name)
-        message = record.getMessage()
-        line = f"{when}.{int(record.msecs):03d} {process:<8} {level:<5} " + (
-            f"{component}: {message}" if component else message
+        line = self.plain_line(
+            record.created,
+            record.msecs,
+            record.levelname,
+            record.name,
+            process,
+            record.getMessage(),
+            record.process,
+            getattr(record, "access", None),
         )
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
@@ -193,29 +222,75 @@ class TextFormatter(logging.Formatter):
             line += "\n" + self.formatStack(record.stack_info)
         return line
 
+    @staticmethod
+    def plain_line(
+        created: float,
+        msecs: float,
+        levelname: str,
+        name: str,
+        process: str,
+        message: str,
+        pid: int | None,
+        access: object,
+    ) -> str:
+        """A line without a traceback (what :meth:`format` writes for such a record)."""
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created))
+        level = _TEXT_LEVEL.get(levelname, levelname)
+        component = _component(name)
+        return f"{when}.{int(msecs):03d} {process:<8} {level:<5} " + (
+            f"{component}: {message}" if component else message
+        )
+
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line with the stable field names of the module docstring."""
 
     def format(self, record: logging.LogRecord) -> str:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        out: dict[str, Any] = {
-            "ts": f"{stamp}.{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "process": getattr(record, "gateway_process", "gateway"),
-            "logger": record.name,
-            "msg": record.getMessage(),
-            "pid": record.process,
-        }
-        entry = getattr(record, "access", None)
-        if isinstance(entry, AccessEntry):
-            out.update((k, getattr(entry, k)) for k in _ACCESS_FIELDS)
-            out["duration_ms"] = round(entry.duration_ms, 1)
+        out = self.fields(
+            record.created,
+            record.msecs,
+            record.levelname,
+            record.name,
+            getattr(record, "gateway_process", "gateway"),
+            record.getMessage(),
+            record.process,
+            getattr(record, "access", None),
+        )
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         elif record.stack_info:
             out["exc"] = self.formatStack(record.stack_info)
         return json.dumps(out, ensure_ascii=False, default=str)
+
+    @staticmethod
+    def fields(
+        created: float,
+        msecs: float,
+        levelname: str,
+        name: str,
+        process: str,
+        message: str,
+        pid: int | None,
+        access: object,
+    ) -> dict[str, Any]:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
+        out: dict[str, Any] = {
+            "ts": f"{stamp}.{int(msecs):03d}Z",
+            "level": levelname.lower(),
+            "process": process,
+            "logger": name,
+            "msg": message,
+            "pid": pid,
+        }
+        if isinstance(access, AccessEntry):
+            out.update((k, getattr(access, k)) for k in _ACCESS_FIELDS)
+            out["duration_ms"] = round(access.duration_ms, 1)
+        return out
+
+    @classmethod
+    def plain_line(cls, *args: Any) -> str:
+        """A line without a traceback (what :meth:`format` writes for such a record)."""
+        return json.dumps(cls.fields(*args), ensure_ascii=False, default=str)
 
 
 class _TagFilter(logging.Filter):
@@ -232,7 +307,33 @@ class _TagFilter(logging.Filter):
 
 
 class _GatewayHandler(logging.StreamHandler[TextIO]):
-    """Marks the handler :func:`configure_logging` owns, so a second call replaces it."""
+    """The handler :func:`configure_logging` owns (a second call replaces it); it also
+    writes access lines without a ``LogRecord`` (:func:`log_access`)."""
+
+    own_filters: list[Any]
+    own_formatter: logging.Formatter
+    tag: _TagFilter
+    line: Callable[..., str]
+
+    def write_access(self, name: str, entry: AccessEntry) -> bool:
+        """Write ``entry``'s line exactly as a record would be written; False when the
+        stream failed (the caller then logs it the usual way, which reports the error)."""
+        created = time.time()
+        msecs = int((created - int(created)) * 1000) + 0.0  # as LogRecord computes it
+        process = _tag.get() or self.tag.default
+        pid = os.getpid() if logging.logProcesses else None
+        line = self.line(created, msecs, "INFO", name, process, access_message(entry), pid, entry)
+        with self.lock:  # type: ignore[union-attr]
+            try:
+                self.stream.write(line + self.terminator)
+                self.stream.flush()
+            except Exception:
+                return False
+        return True
+
+
+#: the handler installed by :func:`configure_logging`, if any
+_installed: _GatewayHandler | None = None
 
 
 def configure_logging(
@@ -248,10 +349,17 @@ def configure_logging(
     root = logging.getLogger()
     for old in [h for h in root.handlers if isinstance(h, _GatewayHandler)]:
         root.removeHandler(old)
+    global _installed
     handler = _GatewayHandler(stream if stream is not None else sys.stderr)
-    handler.addFilter(_TagFilter(process))
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.tag = _TagFilter(process)
+    handler.addFilter(handler.tag)
+    handler.own_filters = list(handler.filters)
+    formatter = JsonFormatter() if fmt == "json" else TextFormatter()
+    handler.setFormatter(formatter)
+    handler.own_formatter = formatter
+    handler.line = formatter.plain_line
     root.addHandler(handler)
+    _installed = handler
     root.setLevel(_LEVELS.get(level, logging.INFO))
     for name in _QUIET:
         logging.getLogger(name).setLevel(logging.DEBUG if level == "debug" else logging.WARNING)

@@ -5,11 +5,14 @@ from __future__ import annotations
 import io
 import json
 import logging
+import time
 from collections.abc import Iterator
+from typing import Literal
 
 import pytest
 import trio
 
+from gateway import logs
 from gateway.logs import (
     AccessEntry,
     access_message,
@@ -92,6 +95,54 @@ def test_log_access_goes_through_the_handler(stream: io.StringIO) -> None:
         "gateway  INFO  access: method=GET path=/health route=/health status=200 bytes=54 "
         "duration_ms=1.2 principal=bob\n"
     )
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_the_direct_access_line_is_the_line_logging_writes(
+    fmt: Literal["text", "json"], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an access line is written without a LogRecord when the gateway's handler alone
+    # would write it; it must be the very line the logging path writes
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])  # pytest's capture handlers aside
+    buf = io.StringIO()
+    handler = configure_logging("proxy", fmt, "info", stream=buf)
+    monkeypatch.setattr(time, "time", lambda: 1767621787.4127)
+    access = logging.getLogger("gateway.access")
+    args = ("bob", "POST", '/v1/x "y"', "/v1/x", 200, 54, 1.25)
+    assert logs._direct_handler(access) is handler
+    log_access(access, *args)
+    with tagged("gateway"):
+        log_access(access, *args)
+
+    def through_logging() -> None:
+        log_access(access, *args)
+        with tagged("gateway"):
+            log_access(access, *args)
+
+    access.addFilter(lambda record: True)  # a filter: only a LogRecord can pass it
+    try:
+        assert logs._direct_handler(access) is None
+        through_logging()
+    finally:
+        access.filters.clear()
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 4 and lines[:2] == lines[2:]
+    assert "proxy" in lines[0] and "gateway" in lines[1]
+    # anything else on the way takes the logging path
+    other = logging.StreamHandler(io.StringIO())
+    for undo in (
+        lambda: root.addHandler(other) or (lambda: root.removeHandler(other)),
+        lambda: handler.setFormatter(logging.Formatter()) or (lambda: None),
+        lambda: handler.setLevel(logging.WARNING) or (lambda: handler.setLevel(0)),
+        lambda: (
+            logging.getLogger("gateway").addHandler(other)
+            or (lambda: logging.getLogger("gateway").removeHandler(other))
+        ),
+    ):
+        restore = undo()
+        assert logs._direct_handler(access) is None
+        restore()
 
 
 def test_text_lines_components_and_levels(stream: io.StringIO) -> None:
