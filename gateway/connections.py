@@ -72,6 +72,7 @@ from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.events import Body, Data, EndBody, Response, StreamClosed
 from hypercorn.protocol.events import Event as StreamEvent
 from hypercorn.protocol.h11 import STREAM_ID, H11Protocol
+from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
 from hypercorn.trio.task_group import TaskGroup, _handle
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.typing import ConnectionState
@@ -296,6 +297,44 @@ class _DiscardBody:
             await self.protocol._maybe_recycle()
 
 
+#: hypercorn's own error answers (no app response), as the gateway's JSON errors
+_STREAM_ERRORS = {
+    404: ("not_found", "No such route on this server; see docs/api.md."),
+    500: ("internal_error", "The server failed to answer this request; it was logged."),
+}
+_NOT_SERVED = (
+    503,
+    "gateway_draining",
+    "The server is restarting and did not serve this request; please retry.",
+)
+
+
+class GatewayHTTPStream(HTTPStream):
+    """hypercorn's HTTP stream whose own error answers (an app that ended without a
+    response: 500; cancelled because the server stops: 503 ``gateway_draining``) carry
+    the gateway's JSON error body instead of an empty one."""
+
+    async def _send_error_response(self, status_code: int) -> None:
+        if status_code == 500 and self.context.terminated.is_set():
+            status, code, message = _NOT_SERVED
+        else:
+            code, message = _STREAM_ERRORS.get(status_code, _STREAM_ERRORS[500])
+            status = status_code
+        body = json.dumps({"error": {"message": message, "type": code, "code": code}}).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", b"%d" % len(body)),
+            (b"connection", b"close"),
+        ]
+        await self.send(Response(stream_id=self.stream_id, headers=headers, status_code=status))
+        await self.send(Body(stream_id=self.stream_id, data=body))
+        await self.send(EndBody(stream_id=self.stream_id))
+        self.state = ASGIHTTPState.CLOSED
+        await self.config.log.access(
+            self.scope, {"status": status, "headers": []}, time.time() - self.start_time
+        )
+
+
 def _declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
     for name, value in headers:
         if name.lower() == b"content-length":
@@ -349,6 +388,8 @@ class GatewayH11Protocol(H11Protocol):
                 http_version=request.http_version,
             )
         await super()._create_stream(request)
+        if type(self.stream) is HTTPStream:  # its own error answers are the gateway's JSON
+            self.stream.__class__ = GatewayHTTPStream
         # the app (spawned, not yet run) may join its writes (see GatewayTCPServer.cork)
         server = getattr(self.send, "__self__", None)
         scope = getattr(self.stream, "scope", None)
@@ -904,6 +945,7 @@ _HOOKS = {
     ),
     TCPServer: ("run", "_read_data", "_close", "_idle_timeout", "protocol_send"),
     TaskGroup: ("spawn_app",),
+    HTTPStream: ("_send_error_response",),
 }
 
 

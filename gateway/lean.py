@@ -19,6 +19,10 @@ reads, :data:`Reply` what it returns), so both ways answer alike:
   ``internal_error`` without details (a failure after the answer started closes the
   connection, as it does through quart).
 
+A client that half-closes its side after a complete request is, to hypercorn, a
+client that left: quart's way cancels at once; here the disconnect is watched from
+the end of the body on, so an answer already complete by then still goes out.
+
 Other methods and paths (405, 404, ``HEAD``) take quart's way. The route's label
 (``scope["gateway.route"]``) and principal feed the access line and metrics as before.
 """
@@ -33,7 +37,13 @@ from typing import Any
 import trio
 
 from gateway.errors import GatewayError, RequestError
-from gateway.web import ChannelBody, error_parts, json_bytes, parse_json_object
+from gateway.web import (
+    ChannelBody,
+    body_timeout_message,
+    error_parts,
+    json_bytes,
+    parse_json_object,
+)
 
 __all__ = [
     "Incoming",
@@ -155,9 +165,7 @@ class LeanRequest(Incoming):
                     break
         if waited.cancelled_caught:
             raise RequestError(
-                f"The request body did not arrive within {self.body_timeout:g} s.",
-                code="request_timeout",
-                status=408,
+                body_timeout_message(self.body_timeout), code="request_timeout", status=408
             )
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
@@ -224,19 +232,26 @@ async def serve_lean(
                 await _send_joined(tracked, reply.status, [], json_bytes(reply.obj), writes)
         except _Gone:
             pass
-        except GatewayError as exc:
+        except Exception as exc:
             if started[0]:
                 raise
-            await _send_joined(tracked, *error_parts(exc), writes)
-        except Exception:
-            if started[0]:
-                raise
-            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
-            failed = GatewayError(
-                f"The {req.what} failed unexpectedly; the error was logged.", code="internal_error"
-            )
-            await _send_joined(tracked, *error_parts(failed), writes)
+            await _send_joined(tracked, *error_parts(_as_gateway_error(exc, req, scope)), writes)
         nursery.cancel_scope.cancel()
+
+
+def _as_gateway_error(exc: Exception, req: LeanRequest, scope: dict[str, Any]) -> GatewayError:
+    """The error to answer with: quart-trio's rule, the first exception of a group (an
+    error raised in a nursery), then a ``GatewayError`` as it is, anything else logged
+    and answered ``internal_error`` without details."""
+    first: BaseException = exc
+    while isinstance(first, BaseExceptionGroup) and first.exceptions:
+        first = first.exceptions[0]
+    if isinstance(first, GatewayError):
+        return first
+    log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+    return GatewayError(
+        f"The {req.what} failed unexpectedly; the error was logged.", code="internal_error"
+    )
 
 
 async def _send_joined(

@@ -46,6 +46,7 @@ __all__ = [
     "GatewayHTTPConnection",
     "ServiceApp",
     "bearer_token",
+    "body_timeout_message",
     "cleanup_stack",
     "error_parts",
     "error_response",
@@ -196,6 +197,10 @@ class _NoJoin:
 
     async def flush(self, *, uncork: bool = False) -> None:
         pass
+
+
+def body_timeout_message(seconds: float | None) -> str:
+    return f"The request body did not arrive within {seconds or math.inf:g} s."
 
 
 def cleanup_stack() -> AsyncExitStack:
@@ -381,7 +386,6 @@ def install_common(app: QuartTrio, max_body_bytes: int, what: str) -> None:
     http_codes = {
         404: ("not_found", f"No such route on this {what}; see docs/api.md."),
         405: ("method_not_allowed", "This route does not accept that HTTP method."),
-        408: ("request_timeout", "The request body did not arrive in time."),
         413: ("request_too_large", f"The request body is larger than the {what} accepts."),
     }
 
@@ -400,6 +404,8 @@ def install_common(app: QuartTrio, max_body_bytes: int, what: str) -> None:
         code, message = http_codes.get(
             status, ("bad_request", "The request could not be understood.")
         )
+        if status == 408:  # quart's BODY_TIMEOUT: the lean routes' sentence (gateway.lean)
+            code, message = "request_timeout", body_timeout_message(app.config["BODY_TIMEOUT"])
         if status >= 500:
             code, message = "internal_error", f"The {what} failed unexpectedly."
         return error_response(GatewayError(message, code=code, status=status))

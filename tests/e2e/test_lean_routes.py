@@ -20,6 +20,7 @@ import httpx
 import pytest
 import trio
 
+from gateway.errors import RequestError
 from gateway.sse import DONE
 from harness.transport import Scripted, ScriptedTransport
 from tests.conftest import ALICE_KEY, PROXY_KEY, make_config, start_gateway
@@ -224,41 +225,75 @@ async def test_a_client_that_leaves_mid_stream_closes_the_upstream(
     assert gw.app.inflight_requests == 0 or not gate.is_set()
 
 
-async def test_a_stalled_body_gets_408(nursery: trio.Nursery, tmp_path: Path) -> None:
-    gw = await start_gateway(
-        nursery,
-        make_config(tmp_path, SCRIPTED_URL, server={"header_timeout_seconds": 30}),
-        transport=ScriptedTransport(script_for),
-        customize=lambda app: app.config.update(BODY_TIMEOUT=0.3),
-    )
-    host, port = gw.url.removeprefix("http://").split(":")
-    stream = await trio.open_tcp_stream(host, int(port))
-    async with stream:
-        data = post(CHAT_BODY, AUTH)
-        await stream.send_all(data[:-5])  # the last bytes never come
-        out = b""
-        with trio.fail_after(5):
-            while b"}}" not in out:
-                out += await stream.receive_some(65536)
-    assert out.startswith(b"HTTP/1.1 408")
-    assert b'"code": "request_timeout"' in out and b"0.3 s" in out
+async def test_a_stalled_body_gets_the_same_408_both_ways(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    answers = []
+    for way in ("lean", "quart"):
+
+        def customize(app: Any, way: str = way) -> None:
+            app.config.update(BODY_TIMEOUT=0.3)
+            if way == "quart":
+                app.lean_routes = {}
+
+        gw = await start_gateway(
+            nursery,
+            make_config(tmp_path / way, SCRIPTED_URL, server={"header_timeout_seconds": 30}),
+            transport=ScriptedTransport(script_for),
+            customize=customize,
+        )
+        host, port = gw.url.removeprefix("http://").split(":")
+        stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            await stream.send_all(post(CHAT_BODY, AUTH)[:-5])  # the last bytes never come
+            out = b""
+            with trio.fail_after(5):
+                while part := await stream.receive_some(65536):
+                    out += part
+        answers.append(normalized(out))
+    assert answers[0] == answers[1]
+    (head, body), *_ = answers[0]
+    assert head.startswith(b"HTTP/1.1 408")
+    assert json.loads(body)["error"] == {
+        "message": "The request body did not arrive within 0.3 s.",
+        "type": "request_timeout",
+        "code": "request_timeout",
+    }
 
 
-async def test_a_handler_bug_is_a_500_without_details(
-    nursery: trio.Nursery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def raise_key_error() -> BaseException:
+    return KeyError("/Users/alice/secret")
+
+
+def raise_grouped() -> BaseException:
+    inner = RequestError("a grouped refusal", code="invalid_request", status=400)
+    return ExceptionGroup("from a nursery", [inner])
+
+
+@pytest.mark.parametrize(
+    ("make", "status", "code"),
+    [(raise_key_error, 500, "internal_error"), (raise_grouped, 400, "invalid_request")],
+)
+async def test_a_handler_exception_is_answered_alike_both_ways(
+    nursery: trio.Nursery,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    make: Any,
+    status: int,
+    code: str,
 ) -> None:
     import gateway.routes.chat as chat
 
     def broken(*args: Any, **kwargs: Any) -> Any:
-        raise KeyError("/Users/alice/secret")
+        raise make()
 
     monkeypatch.setattr(chat, "upstream_chat_body", broken)
-    gw = await start_gateway(
-        nursery, make_config(tmp_path, SCRIPTED_URL), transport=ScriptedTransport(script_for)
-    )
-    async with gw.client() as c:
-        resp = await c.post(CHAT, json=CHAT_BODY)
-        assert resp.status_code == 500
-        assert resp.json()["error"]["code"] == "internal_error"
-        assert "alice" not in resp.text and "Traceback" not in resp.text
+    lean, quart = await two_gateways(nursery, tmp_path)
+    answers = [normalized(await exchange(gw.url, post(CHAT_BODY, AUTH))) for gw in (lean, quart)]
+    assert answers[0] == answers[1]
+    (head, body), *_ = answers[0]
+    assert head.startswith(b"HTTP/1.1 %d" % status)
+    assert json.loads(body)["error"]["code"] == code
+    assert b"alice" not in body and b"Traceback" not in body
+    async with lean.client() as c:
         assert (await c.get("/health")).status_code == 200

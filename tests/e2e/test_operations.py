@@ -268,6 +268,34 @@ def test_second_signal_exits_at_once(demo_upstream: DemoUpstream, tmp_path: Path
         gw.proc.stop()
 
 
+def test_a_request_still_arriving_at_the_drain_end_gets_a_json_503(
+    demo_upstream: DemoUpstream, tmp_path: Path
+) -> None:
+    # a red-team pass: hypercorn answered it with a bare 500 (no body)
+    gw = start_gateway(tmp_path, demo_upstream, drain=2.0)
+    port = port_of(gw)
+    sock = socket.create_connection(("127.0.0.1", port))
+    try:
+        sock.sendall(
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {KEY}\r\n"
+            "Content-Length: 200\r\n\r\n{\"model\"".encode()
+        )
+        time.sleep(0.5)
+        gw.proc.popen.send_signal(signal.SIGTERM)
+        sock.settimeout(10)
+        got = b""
+        while chunk := sock.recv(65536):
+            got += chunk
+        assert gw.proc.wait(10) == 0
+    finally:
+        sock.close()
+        gw.proc.stop()
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503"), got
+    assert b"connection: close" in head.lower()
+    assert json.loads(body)["error"]["code"] == "gateway_draining"
+
+
 def test_slow_reader_is_cut_by_the_write_timeout(
     demo_upstream: DemoUpstream, tmp_path: Path
 ) -> None:
