@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, NamedTuple, TextIO
 
 __all__ = [
     "AccessEntry",
@@ -141,7 +141,8 @@ def log_access(
     """
     entry = AccessEntry(method, path, route, status, nbytes, duration_ms, principal)
     handler = _direct_handler(logger)
-    if handler is not None and handler.write_access(logger.name, entry):
+    if handler is not None:
+        handler.write_access(logger.name, entry)
         return
     logger.info("%s", access_message(entry), extra={"access": entry})
 
@@ -201,52 +202,21 @@ def _component(name: str) -> str:
     return name.split(".", 1)[0]
 
 
-class TextFormatter(logging.Formatter):
-    """``<local time> <process> <LEVEL> <component>: <message>``, traceback lines after."""
+class LineParts(NamedTuple):
+    """What a line is made of (a record's fields, or an access entry's)."""
 
-    def format(self, record: logging.LogRecord) -> str:
-        process = getattr(record, "gateway_process", "gateway")
-        line = self.plain_line(
-            record.created,
-            record.msecs,
-            record.levelname,
-            record.name,
-            process,
-            record.getMessage(),
-            record.process,
-            getattr(record, "access", None),
-        )
-        if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
-        elif record.stack_info:
-            line += "\n" + self.formatStack(record.stack_info)
-        return line
+    created: float
+    msecs: float
+    levelname: str
+    name: str
+    process: str
+    message: str
+    pid: int | None
+    access: object
 
-    @staticmethod
-    def plain_line(
-        created: float,
-        msecs: float,
-        levelname: str,
-        name: str,
-        process: str,
-        message: str,
-        pid: int | None,
-        access: object,
-    ) -> str:
-        """A line without a traceback (what :meth:`format` writes for such a record)."""
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created))
-        level = _TEXT_LEVEL.get(levelname, levelname)
-        component = _component(name)
-        return f"{when}.{int(msecs):03d} {process:<8} {level:<5} " + (
-            f"{component}: {message}" if component else message
-        )
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line with the stable field names of the module docstring."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        out = self.fields(
+    @classmethod
+    def of(cls, record: logging.LogRecord) -> LineParts:
+        return cls(
             record.created,
             record.msecs,
             record.levelname,
@@ -256,6 +226,36 @@ class JsonFormatter(logging.Formatter):
             record.process,
             getattr(record, "access", None),
         )
+
+
+class TextFormatter(logging.Formatter):
+    """``<local time> <process> <LEVEL> <component>: <message>``, traceback lines after."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = self.plain_line(LineParts.of(record))
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        elif record.stack_info:
+            line += "\n" + self.formatStack(record.stack_info)
+        return line
+
+    @staticmethod
+    def plain_line(parts: LineParts) -> str:
+        """A line without a traceback (what :meth:`format` writes for such a record)."""
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(parts.created))
+        level = _TEXT_LEVEL.get(parts.levelname, parts.levelname)
+        component = _component(parts.name)
+        message = parts.message
+        return f"{when}.{int(parts.msecs):03d} {parts.process:<8} {level:<5} " + (
+            f"{component}: {message}" if component else message
+        )
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line with the stable field names of the module docstring."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = self.fields(LineParts.of(record))
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         elif record.stack_info:
@@ -263,34 +263,26 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False, default=str)
 
     @staticmethod
-    def fields(
-        created: float,
-        msecs: float,
-        levelname: str,
-        name: str,
-        process: str,
-        message: str,
-        pid: int | None,
-        access: object,
-    ) -> dict[str, Any]:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
+    def fields(parts: LineParts) -> dict[str, Any]:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(parts.created))
         out: dict[str, Any] = {
-            "ts": f"{stamp}.{int(msecs):03d}Z",
-            "level": levelname.lower(),
-            "process": process,
-            "logger": name,
-            "msg": message,
-            "pid": pid,
+            "ts": f"{stamp}.{int(parts.msecs):03d}Z",
+            "level": parts.levelname.lower(),
+            "process": parts.process,
+            "logger": parts.name,
+            "msg": parts.message,
+            "pid": parts.pid,
         }
+        access = parts.access
         if isinstance(access, AccessEntry):
             out.update((k, getattr(access, k)) for k in _ACCESS_FIELDS)
             out["duration_ms"] = round(access.duration_ms, 1)
         return out
 
     @classmethod
-    def plain_line(cls, *args: Any) -> str:
+    def plain_line(cls, parts: LineParts) -> str:
         """A line without a traceback (what :meth:`format` writes for such a record)."""
-        return json.dumps(cls.fields(*args), ensure_ascii=False, default=str)
+        return json.dumps(cls.fields(parts), ensure_ascii=False, default=str)
 
 
 class _TagFilter(logging.Filter):
@@ -313,23 +305,27 @@ class _GatewayHandler(logging.StreamHandler[TextIO]):
     own_filters: list[Any]
     own_formatter: logging.Formatter
     tag: _TagFilter
-    line: Callable[..., str]
+    line: Callable[[LineParts], str]
 
-    def write_access(self, name: str, entry: AccessEntry) -> bool:
-        """Write ``entry``'s line exactly as a record would be written; False when the
-        stream failed (the caller then logs it the usual way, which reports the error)."""
+    def write_access(self, name: str, entry: AccessEntry) -> None:
+        """Write ``entry``'s line exactly as a record would be written (a failing stream
+        is reported as ``StreamHandler.emit`` reports it)."""
         created = time.time()
         msecs = int((created - int(created)) * 1000) + 0.0  # as LogRecord computes it
         process = _tag.get() or self.tag.default
         pid = os.getpid() if logging.logProcesses else None
-        line = self.line(created, msecs, "INFO", name, process, access_message(entry), pid, entry)
+        line = self.line(
+            LineParts(created, msecs, "INFO", name, process, access_message(entry), pid, entry)
+        )
         with self.lock:  # type: ignore[union-attr]
             try:
                 self.stream.write(line + self.terminator)
                 self.stream.flush()
-            except Exception:
-                return False
-        return True
+            except RecursionError:
+                raise
+            except Exception:  # reported as logging reports it, the line not written again
+                record = logging.LogRecord(name, logging.INFO, __file__, 0, line, None, None)
+                self.handleError(record)
 
 
 #: the handler installed by :func:`configure_logging`, if any

@@ -38,7 +38,6 @@ __all__ = [
     "pipeline_body",
     "relay_body",
     "relay_response",
-    "stream_pipeline",
     "to_response",
 ]
 
@@ -139,15 +138,3 @@ def pipeline_body(
     source = SSESource.from_response(resp, max_event_bytes=st.config.limits.max_event_bytes)
     relay: Relay[Any, Any, bytes] = Relay(source, pipeline, front, opts)
     return relay_body(st, route, relay, on_close=lambda: st.count_rewrites(pipeline))
-
-
-def stream_pipeline(
-    st: GatewayState,
-    route: str,
-    resp: StreamResponse,
-    pipeline: ChatPipeline,
-    front: Front[Any, bytes],
-    opts: RelayOptions | None = None,
-) -> Response:
-    """:func:`pipeline_body` as quart's response."""
-    return sse_response(pipeline_body(st, route, resp, pipeline, front, opts))

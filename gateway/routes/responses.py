@@ -33,13 +33,13 @@ from gateway.routes._common import (
     authenticate,
     body,
     open_upstream,
+    pipeline_body,
     relay_response,
-    stream_pipeline,
 )
 from gateway.sessions import session_id_from
 from gateway.state import GatewayState, current
 from gateway.store import INTERRUPTED_ERROR, RunRecord
-from gateway.web import json_response
+from gateway.web import json_response, sse_response
 
 bp = Blueprint("responses", __name__)
 ROUTE = "/v1/responses"
@@ -126,7 +126,8 @@ async def create_response() -> Response:
         assert front.final is not None
         return json_response(front.final)
     resp = await open_upstream(st, upstream_responses_body(b, messages, pid, stream=True), pid)
-    return stream_pipeline(st, ROUTE, resp, pipeline, front, st.relay_options(on_outcome=keep))
+    opts = st.relay_options(on_outcome=keep)
+    return sse_response(pipeline_body(st, ROUTE, resp, pipeline, front, opts))
 
 
 async def _background(

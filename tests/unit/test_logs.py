@@ -145,6 +145,26 @@ def test_the_direct_access_line_is_the_line_logging_writes(
         restore()
 
 
+def test_a_failing_stream_is_reported_once_and_the_line_not_repeated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a red-team pass: a failing flush made the direct path fall back and write twice
+    class FlushFails(io.StringIO):
+        def flush(self) -> None:
+            raise OSError("disk full")
+
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    buf = FlushFails()
+    handler = configure_logging("gateway", "text", "info", stream=buf)
+    reported: list[logging.LogRecord] = []
+    monkeypatch.setattr(handler, "handleError", reported.append)
+    access = logging.getLogger("gateway.access")
+    log_access(access, "bob", "GET", "/health", "/health", 200, 54, 1.25)
+    assert len(buf.getvalue().splitlines()) == 1
+    assert len(reported) == 1 and "path=/health" in reported[0].getMessage()
+
+
 def test_text_lines_components_and_levels(stream: io.StringIO) -> None:
     logging.getLogger("gateway").warning("plain")
     logging.getLogger("gateway.server").info("draining")
