@@ -16,6 +16,9 @@ def main(argv: list[str] | None = None) -> int:
     pr = sub.add_parser("profile", help="py-spy top functions of the gateway while it relays")
     pr.add_argument("--paced", action="store_true", help="one event per read (20 streams)")
     pr.add_argument("--requests", action="store_true", help="1,000 sequential 1-delta streams")
+    pr.add_argument(
+        "--keep-alive", action="store_true", help="with --requests: on one kept-alive connection"
+    )
     pr.add_argument("--top", type=int, default=10, help="functions listed")
     lk = sub.add_parser("links", help="link minting cost and download throughput")
     lk.add_argument("--files", type=int, default=2000, help="distinct files to mint links for")
@@ -42,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "profile":
         from harness.bench.profile import main as profile_main
 
-        return profile_main(args.paced, args.top, args.requests)
+        return profile_main(args.paced, args.top, args.requests, args.keep_alive)
     if args.what == "store":
         from harness.bench.store import main as store_main
 

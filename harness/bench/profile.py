@@ -6,7 +6,8 @@ it with ``py-spy record --nonblocking`` (from the venv) while the client runs
 ``bulk`` (6 streams of 20,000 deltas one after another, 64 events per upstream write),
 with ``--paced`` 20 concurrent streams of 1,000 deltas, one event per read, or with
 ``--requests`` 1,000 sequential 1-delta streams (``Connection: close``: the per-request
-cost) under cProfile with a CPU timer instead (:mod:`harness.bench.cprof`). It
+cost; with ``--keep-alive`` all on one kept-alive connection, as an SDK's pool sends
+them) under cProfile with a CPU timer instead (:mod:`harness.bench.cprof`). It
 prints the gateway's CPU per delta and the top functions by self time and by
 inclusive time (samples waiting in epoll or on a lock are left out: idle).
 """
@@ -65,8 +66,9 @@ def _plan(paced: bool, requests: bool) -> tuple[str, list[str], int, int, str]:
     return "bench-plain-20000-bulk", ["--streams", "1"], 6, 120_000, "6 × 20,000 bulk"
 
 
-def cprofile_requests(top: int, n: int = 1000) -> int:
+def cprofile_requests(top: int, n: int = 1000, keep_alive: bool = False) -> int:
     """The gateway under cProfile (CPU time) while ``n`` sequential 1-delta streams run."""
+    how = ("--keep-alive",) if keep_alive else ()
     import pstats
 
     with tempfile.TemporaryDirectory(prefix="relay-cprofile-") as tmpdir:
@@ -74,9 +76,9 @@ def cprofile_requests(top: int, n: int = 1000) -> int:
         out = tmp / "gateway.prof"
         p = start(tmp, wrap=["-m", "harness.bench.cprof", str(out)])
         try:
-            client(p.gw_url, "bench-plain-1-bulk", "--sequential", "100")  # warm-up
+            client(p.gw_url, "bench-plain-1-bulk", "--sequential", "100", *how)  # warm-up
             c0 = cpu_seconds(p.gateway.pid)
-            client(p.gw_url, "bench-plain-1-bulk", "--sequential", str(n))
+            client(p.gw_url, "bench-plain-1-bulk", "--sequential", str(n), *how)
             c1 = cpu_seconds(p.gateway.pid)
         finally:
             p.stop()
@@ -88,9 +90,11 @@ def cprofile_requests(top: int, n: int = 1000) -> int:
     return 0
 
 
-def main(paced: bool = False, top: int = 10, requests: bool = False) -> int:
+def main(
+    paced: bool = False, top: int = 10, requests: bool = False, keep_alive: bool = False
+) -> int:
     if requests:
-        return cprofile_requests(top)
+        return cprofile_requests(top, keep_alive=keep_alive)
     spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     if spy is None:
         print("py-spy is not installed (pip install py-spy)", file=sys.stderr)

@@ -6,7 +6,8 @@ reads each to EOF without parsing more than it must, and prints one JSON line:
 ``{"wall": s, "completed": k, "ttfb": [s...], "cpu": s, "bytes": n}`` (``cpu``: the
 client's own CPU while the streams ran, start-up excluded). ``completed``
 counts streams whose body held ``data: [DONE]``; ``ttfb`` is the time from sending the
-request to the first non-empty ``content`` delta. With ``--sequential N`` the streams run one after another (per-request cost). With ``--hold`` every stream is
+request to the first non-empty ``content`` delta. With ``--sequential N`` the streams run one after another (per-request cost), with
+``--keep-alive`` too on one kept-alive connection (what an SDK's connection pool does). With ``--hold`` every stream is
 opened, read until its first content, then the client prints ``{"held": k}``, keeps the
 connections open for that many seconds, and closes them (memory per open stream).
 
@@ -34,12 +35,40 @@ _EVENT_ID = re.compile(rb"(?:^|\n)id: (\d+)\n")
 _RUN_COMPLETED = b'"event":"run.completed"'
 
 
-def _request(host: str, port: int, path: str, key: str, body: bytes) -> bytes:
+def _request(
+    host: str, port: int, path: str, key: str, body: bytes, *, close: bool = True
+) -> bytes:
+    connection = "Connection: close\r\n" if close else ""
     return (
         f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {key}\r\n"
         f"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
-        f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"{connection}Content-Length: {len(body)}\r\n\r\n"
     ).encode() + body
+
+
+async def _kept_alive(
+    host: str, port: int, request: bytes, n: int
+) -> list[tuple[bool, float | None, int, None]]:
+    """``n`` streams one after another on one kept-alive connection (each read to the
+    end of its chunked body)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    results: list[tuple[bool, float | None, int, None]] = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        writer.write(request)
+        ttfb: float | None = None
+        seen, total = b"", 0
+        while not seen.endswith(b"\r\n0\r\n\r\n"):
+            data = await reader.read(65536)
+            if not data:
+                break
+            total += len(data)
+            seen = (seen + data)[-4096:]
+            if ttfb is None and _CONTENT.search(seen):
+                ttfb = time.perf_counter() - t0
+        results.append((_DONE in seen, ttfb, total, None))
+    writer.close()
+    return results
 
 
 async def _one(
@@ -144,11 +173,15 @@ async def _main(args: argparse.Namespace) -> dict[str, object]:
         {"model": args.model, "messages": [{"role": "user", "content": "go"}], "stream": True}
         | json.loads(args.extra)
     ).encode()
-    request = _request(host, port, url.path.rstrip("/") + "/chat/completions", args.key, body)
+    path = url.path.rstrip("/") + "/chat/completions"
+    request = _request(host, port, path, args.key, body, close=not args.keep_alive)
     hold = asyncio.Event() if args.hold else None
     cpu0 = time.process_time()  # not the interpreter's start-up and imports
     t0 = time.perf_counter()
-    if args.sequential:
+    results: list[tuple[bool, float | None, int, asyncio.StreamWriter | None]]
+    if args.sequential and args.keep_alive:
+        results = list(await _kept_alive(host, port, request, args.sequential))
+    elif args.sequential:
         results = [await _one(host, port, request, None) for _ in range(args.sequential)]
     else:
         results = await asyncio.gather(
@@ -180,6 +213,9 @@ def main() -> None:
     ap.add_argument("--extra", default="{}", help="JSON merged into the request body")
     ap.add_argument("--hold", type=float, default=0.0)
     ap.add_argument("--sequential", type=int, default=0, help="N streams one after another")
+    ap.add_argument(
+        "--keep-alive", action="store_true", help="with --sequential: all on one connection"
+    )
     ap.add_argument("--runs", action="store_true", help="background runs, each followed")
     ap.add_argument("--follow", default="", help="base URL to follow runs on (default: url)")
     args = ap.parse_args()

@@ -21,8 +21,9 @@ concurrent streams; ``paths`` (one path per 10 deltas, half of them existing fil
 that become links); ``paced`` (20 streams, one event per upstream write 2 ms apart, so
 each event arrives in its own read: the realistic token-stream case; its ratio is ~1
 by construction, the CPU per delta is the figure). Then per request: the time to the
-first content byte (direct vs gateway, 1-delta streams one after another) and the
-gateway's CPU per request for that stream and for ``GET /health``; then memory: idle
+first content byte (direct vs gateway, 1-delta streams one after another, each on a
+new connection and then all on one kept-alive connection) and the gateway's CPU per
+request for those streams and for ``GET /health``; then memory: idle
 RSS and RSS per open stream (streams held open mid-answer).
 """
 
@@ -98,6 +99,8 @@ class Procs:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        if self.upstream.stdout is not None:
+            self.upstream.stdout.close()
 
 
 def _free_port() -> int:
@@ -121,6 +124,8 @@ def start(tmp: Path, wrap: list[str] | None = None) -> Procs:
     line = up.stdout.readline()
     if not line.startswith("ready "):
         up.kill()
+        up.wait()
+        up.stdout.close()
         raise RuntimeError("the benchmark upstream did not start")
     up_url = f"http://127.0.0.1:{int(line.split()[1])}/v1"
     port = _free_port()
@@ -149,8 +154,7 @@ def start(tmp: Path, wrap: list[str] | None = None) -> Procs:
                     return Procs(up, gw, up_url, gw_url + "/v1", tmp)
         except OSError:
             time.sleep(0.05)
-    up.kill()
-    gw.kill()
+    Procs(up, gw, up_url, gw_url, tmp).stop()
     raise RuntimeError("the gateway did not become healthy; see " + str(tmp / "gateway.log"))
 
 
@@ -211,15 +215,21 @@ def _fmt(values: list[float], spec: str = ",.0f") -> str:
 
 
 def per_request(p: Procs, n: int, repeat: int) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {"direct": [], "gateway": [], "cpu_chat": [], "cpu_health": []}
+    """First content byte and CPU per request: each 1-delta stream on a new connection
+    (``Connection: close``), then ``n * 4`` on one kept-alive connection (an SDK's
+    pool), then ``GET /health`` kept alive."""
+    keys = ("direct", "gateway", "cpu_chat", "direct_ka", "gateway_ka", "cpu_chat_ka")
+    out: dict[str, list[float]] = {k: [] for k in (*keys, "cpu_health")}
     for _ in range(repeat):
-        d = client(p.up_url, "bench-plain-1-bulk", "--sequential", str(n))
-        g0 = cpu_seconds(p.gateway.pid)
-        g = client(p.gw_url, "bench-plain-1-bulk", "--sequential", str(n))
-        g1 = cpu_seconds(p.gateway.pid)
-        out["direct"].append(statistics.median(d["ttfb"]) * 1000)
-        out["gateway"].append(statistics.median(g["ttfb"]) * 1000)
-        out["cpu_chat"].append((g1 - g0) / n * 1000)
+        for suffix, count, extra in (("", n, ()), ("_ka", n * 4, ("--keep-alive",))):
+            args = ("--sequential", str(count), *extra)
+            d = client(p.up_url, "bench-plain-1-bulk", *args)
+            g0 = cpu_seconds(p.gateway.pid)
+            g = client(p.gw_url, "bench-plain-1-bulk", *args)
+            g1 = cpu_seconds(p.gateway.pid)
+            out["direct" + suffix].append(statistics.median(d["ttfb"]) * 1000)
+            out["gateway" + suffix].append(statistics.median(g["ttfb"]) * 1000)
+            out["cpu_chat" + suffix].append((g1 - g0) / count * 1000)
         host, port = p.gw_url.split("//")[1].split("/")[0].split(":")
         conn = http.client.HTTPConnection(host, int(port))
         h0 = cpu_seconds(p.gateway.pid)
@@ -291,14 +301,16 @@ def report(p: Procs, repeat: int, quick: bool) -> None:
             flush=True,
         )
     r = per_request(p, 20 if quick else 50, repeat)
-    added = [g - d for g, d in zip(r["gateway"], r["direct"], strict=True)]
+    for suffix, how in (("", "a new connection each"), ("_ka", "kept alive")):
+        added = [g - d for g, d in zip(r["gateway" + suffix], r["direct" + suffix], strict=True)]
+        print(
+            f"first content byte ({how}): direct {_fmt(r['direct' + suffix], '.2f')} ms,"
+            f" gateway {_fmt(r['gateway' + suffix], '.2f')} ms, added {_fmt(added, '.2f')} ms"
+        )
     print(
-        f"first content byte: direct {_fmt(r['direct'], '.2f')} ms, gateway"
-        f" {_fmt(r['gateway'], '.2f')} ms, added {_fmt(added, '.2f')} ms"
-    )
-    print(
-        f"gateway CPU per request: 1-delta chat {_fmt(r['cpu_chat'], '.2f')} ms,"
-        f" GET /health {_fmt(r['cpu_health'], '.2f')} ms"
+        f"gateway CPU per request: 1-delta chat {_fmt(r['cpu_chat'], '.2f')} ms"
+        f" (a new connection each), {_fmt(r['cpu_chat_ka'], '.2f')} ms (kept alive);"
+        f" GET /health {_fmt(r['cpu_health'], '.2f')} ms (kept alive)"
     )
     idle, per_stream, held = memory(p, 100 if quick else 500)
     print(
