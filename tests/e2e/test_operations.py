@@ -278,7 +278,7 @@ def test_a_request_still_arriving_at_the_drain_end_gets_a_json_503(
     try:
         sock.sendall(
             f"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {KEY}\r\n"
-            "Content-Length: 200\r\n\r\n{\"model\"".encode()
+            'Content-Length: 200\r\n\r\n{"model"'.encode()
         )
         time.sleep(0.5)
         gw.proc.popen.send_signal(signal.SIGTERM)
