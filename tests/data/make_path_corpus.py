@@ -377,7 +377,7 @@ c(
     ["/Users/alice/My F.pdf"],
     "an encoded file URI",
 )
-c("file:///C:/work/r.txt", "r.txt", ["C:" + W + "work" + W + "r.txt"])
+c("file:///C:/build/r.txt", "r.txt", ["C:" + W + "build" + W + "r.txt"])
 c("50% of /v1/models and 100%", "50% of /v1/models and 100%", [], "percent signs in prose")
 c("%2Fv1%2Fmodels", "%2Fv1%2Fmodels", [], "encoded API route")
 # --- 2c. Windows long-path and device prefixes

@@ -525,8 +525,8 @@ def test_symlinked_root_is_resolved(home: Path, tmp_path: Path) -> None:
         ("/workspace", "/workspace"),
         ("/workspace//", "/workspace"),
         ("/", "/"),
-        ("C:\\work", "C:\\work"),
-        ("c:/work/", "c:/work"),
+        ("C:\\build", "C:\\build"),
+        ("c:/build/", "c:/build"),
         ("D:\\", "D:\\"),
     ],
 )
