@@ -43,6 +43,8 @@ from gateway.web import (
     error_parts,
     json_bytes,
     parse_json_object,
+    too_large_message,
+    unexpected_message,
 )
 
 __all__ = [
@@ -58,6 +60,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("gateway")
+#: what the answers call this server (the lean routes are the API server's)
+WHAT = "gateway"
 
 
 @dataclass
@@ -121,7 +125,6 @@ class LeanRequest(Incoming):
     body_timeout: float
     #: once the body is read, a task here cancels the request when the client leaves
     nursery: trio.Nursery
-    what: str = "gateway"
     headers: ScopeHeaders = field(init=False)
     _body: bytes | None = None
 
@@ -138,11 +141,7 @@ class LeanRequest(Incoming):
         return parse_json_object(await self.body(), max_depth=max_depth)
 
     def _too_large(self) -> GatewayError:
-        return RequestError(
-            f"The request body is larger than the {self.what} accepts.",
-            code="request_too_large",
-            status=413,
-        )
+        return RequestError(too_large_message(WHAT), code="request_too_large", status=413)
 
     async def _read_body(self) -> bytes:
         declared = self.headers.get("content-length")
@@ -222,7 +221,6 @@ async def serve_lean(
             int(app.config["MAX_CONTENT_LENGTH"]),
             float(app.config["BODY_TIMEOUT"] or "inf"),
             nursery,
-            getattr(app, "lean_what", "gateway"),
         )
         try:
             reply = await handler(app.gateway, req)
@@ -235,11 +233,11 @@ async def serve_lean(
         except Exception as exc:
             if started[0]:
                 raise
-            await _send_joined(tracked, *error_parts(_as_gateway_error(exc, req, scope)), writes)
+            await _send_joined(tracked, *error_parts(_as_gateway_error(exc, scope)), writes)
         nursery.cancel_scope.cancel()
 
 
-def _as_gateway_error(exc: Exception, req: LeanRequest, scope: dict[str, Any]) -> GatewayError:
+def _as_gateway_error(exc: Exception, scope: dict[str, Any]) -> GatewayError:
     """The error to answer with: quart-trio's rule, the first exception of a group (an
     error raised in a nursery), then a ``GatewayError`` as it is, anything else logged
     and answered ``internal_error`` without details."""
@@ -249,9 +247,7 @@ def _as_gateway_error(exc: Exception, req: LeanRequest, scope: dict[str, Any]) -
     if isinstance(first, GatewayError):
         return first
     log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
-    return GatewayError(
-        f"The {req.what} failed unexpectedly; the error was logged.", code="internal_error"
-    )
+    return GatewayError(unexpected_message(WHAT), code="internal_error")
 
 
 async def _send_joined(

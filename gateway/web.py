@@ -56,6 +56,8 @@ __all__ = [
     "json_response",
     "parse_json_object",
     "sse_response",
+    "too_large_message",
+    "unexpected_message",
 ]
 
 log = logging.getLogger("gateway")
@@ -197,6 +199,14 @@ class _NoJoin:
 
     async def flush(self, *, uncork: bool = False) -> None:
         pass
+
+
+def too_large_message(what: str) -> str:
+    return f"The request body is larger than the {what} accepts."
+
+
+def unexpected_message(what: str) -> str:
+    return f"The {what} failed unexpectedly; the error was logged."
 
 
 def body_timeout_message(seconds: float | None) -> str:
@@ -386,7 +396,7 @@ def install_common(app: QuartTrio, max_body_bytes: int, what: str) -> None:
     http_codes = {
         404: ("not_found", f"No such route on this {what}; see docs/api.md."),
         405: ("method_not_allowed", "This route does not accept that HTTP method."),
-        413: ("request_too_large", f"The request body is larger than the {what} accepts."),
+        413: ("request_too_large", too_large_message(what)),
     }
 
     @app.before_request
@@ -413,8 +423,4 @@ def install_common(app: QuartTrio, max_body_bytes: int, what: str) -> None:
     @app.errorhandler(Exception)
     async def _unexpected(exc: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.path)
-        return error_response(
-            GatewayError(
-                f"The {what} failed unexpectedly; the error was logged.", code="internal_error"
-            )
-        )
+        return error_response(GatewayError(unexpected_message(what), code="internal_error"))

@@ -66,9 +66,8 @@ def authenticate_from(st: GatewayState, req: Incoming) -> Caller:
 
 
 def authenticate() -> Caller:
-    caller = current().auth.authenticate(request.headers)
-    request.scope["gateway.principal"] = caller.owner  # type: ignore[typeddict-unknown-key]
-    return caller
+    """:func:`authenticate_from` for quart's current request."""
+    return authenticate_from(current(), QuartIncoming())
 
 
 async def body() -> dict[str, Any]:
