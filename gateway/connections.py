@@ -83,6 +83,8 @@ log = logging.getLogger("gateway.connections")
 POLICY_ATTR = "gateway_connection_policy"
 #: the scope key of the connection whose writes an app may join (GatewayTCPServer.cork)
 WRITES_KEY = "gateway.writes"
+#: the scope key of the request's :class:`Disconnect` (set by GatewayTaskGroup)
+DISCONNECT_KEY = "gateway.disconnect"
 #: a refused request whose declared body is at most this is read and dropped (keep-alive)
 DISCARD_LIMIT = 64 * 1024
 #: the most pieces a request body may arrive in (chunks of ``Transfer-Encoding: chunked``):
@@ -232,13 +234,38 @@ OVERLOADED = canned_response(
 # --------------------------------------------------------------------------- app tasks
 
 
+class Disconnect:
+    """The moment the client of one request is gone, as a callback: an app that needs
+    to stop when that happens registers one (``scope[DISCONNECT_KEY].on(cancel)``)
+    instead of keeping a task blocked on ``receive()`` for the ``http.disconnect``."""
+
+    __slots__ = ("_callback", "happened")
+
+    def __init__(self) -> None:
+        self.happened = False
+        self._callback: Callable[[], object] | None = None
+
+    def on(self, callback: Callable[[], object] | None) -> None:
+        """Call ``callback`` when the client leaves (at once if it has); None: forget it."""
+        self._callback = callback
+        if callback is not None and self.happened:
+            self.set()
+
+    def set(self) -> None:
+        self.happened = True
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback()
+
+
 class GatewayTaskGroup(TaskGroup):
     """hypercorn's per-connection task group, with an app queue that cannot wedge.
 
     Once the app has finished, nothing reads its queue: the receive side is closed, so
     a reader blocked on a full queue returns at once and later puts are dropped. A
     disconnect that does not fit in the queue is delivered by a helper task instead of
-    blocking the protocol (which may be running shielded).
+    blocking the protocol (which may be running shielded). The request's
+    :class:`Disconnect` (``scope[DISCONNECT_KEY]``) fires as the disconnect is queued.
     """
 
     async def spawn_app(
@@ -247,6 +274,7 @@ class GatewayTaskGroup(TaskGroup):
         nursery = self._nursery
         assert nursery is not None
         to_app, from_peer = trio.open_memory_channel[Any](config.max_app_queue_size)
+        gone = scope[DISCONNECT_KEY] = Disconnect()
 
         async def app_send(message: Any) -> None:
             if message is None:  # the app is done: nobody reads the queue any more
@@ -271,6 +299,7 @@ class GatewayTaskGroup(TaskGroup):
         async def app_put(message: Any) -> None:
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                 if message.get("type") == "http.disconnect":
+                    gone.set()
                     try:
                         to_app.send_nowait(message)
                     except trio.WouldBlock:
@@ -1043,9 +1072,11 @@ def log_fd_limit(limit: FdLimit, max_connections: int) -> None:
 
 __all__ = [
     "DISCARD_LIMIT",
+    "DISCONNECT_KEY",
     "LINGER_SECONDS",
     "WRITES_KEY",
     "ConnectionPolicy",
+    "Disconnect",
     "FdLimit",
     "GatewayH11Protocol",
     "GatewayTCPServer",

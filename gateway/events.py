@@ -41,6 +41,7 @@ __all__ = [
     "Named",
     "Role",
     "Text",
+    "TextLog",
     "ToolCall",
     "Usage",
 ]
@@ -160,3 +161,26 @@ Event = (
     | Attachments
     | Boundary
 )
+
+
+class TextLog:
+    """Text kept as it streams (what a session or a final response object holds), in
+    few objects: every :attr:`BLOCK` pieces become one string. One ``str`` per delta
+    costs ~50 bytes besides its text, which is most of a long stream's memory."""
+
+    BLOCK = 256
+    __slots__ = ("_blocks", "_tail")
+
+    def __init__(self) -> None:
+        self._blocks: list[str] = []
+        self._tail: list[str] = []
+
+    def append(self, text: str) -> None:
+        tail = self._tail
+        tail.append(text)
+        if len(tail) >= self.BLOCK:
+            self._blocks.append("".join(tail))
+            tail.clear()
+
+    def text(self) -> str:
+        return "".join(self._blocks) + "".join(self._tail)

@@ -13,7 +13,9 @@ reads, :data:`Reply` what it returns), so both ways answer alike:
   declared length is larger), quart's ``BODY_TIMEOUT`` for the whole body (408
   ``request_timeout``), a client gone while it arrives ends the request silently;
 * once the body is read, a client that disconnects cancels the request (the upstream
-  stream is closed), as quart-trio's message task does;
+  stream is closed), as quart-trio's message task does: on the gateway's connections
+  by the request's :class:`~gateway.connections.Disconnect` callback, with no task
+  waiting for the ``http.disconnect`` message (elsewhere, one task does);
 * every :class:`~gateway.errors.GatewayError` leaves as the JSON error of
   :func:`gateway.web.error_parts`; anything else is logged and answered 500
   ``internal_error`` without details (a failure after the answer started closes the
@@ -36,6 +38,7 @@ from typing import Any
 
 import trio
 
+from gateway.connections import DISCONNECT_KEY, Disconnect
 from gateway.errors import GatewayError, RequestError
 from gateway.web import (
     ChannelBody,
@@ -123,8 +126,8 @@ class LeanRequest(Incoming):
     receive: Callable[[], Awaitable[Any]]
     max_body_bytes: int
     body_timeout: float
-    #: once the body is read, a task here cancels the request when the client leaves
-    nursery: trio.Nursery
+    #: called once the body is read: from then on a client that leaves cancels the request
+    watch: Callable[[], object]
     headers: ScopeHeaders = field(init=False)
     _body: bytes | None = None
 
@@ -134,7 +137,7 @@ class LeanRequest(Incoming):
     async def body(self) -> bytes:
         if self._body is None:
             self._body = await self._read_body()
-            self.nursery.start_soon(self._watch_disconnect)
+            self.watch()
         return self._body
 
     async def json(self, max_depth: int) -> dict[str, Any]:
@@ -168,12 +171,17 @@ class LeanRequest(Incoming):
             )
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    async def _watch_disconnect(self) -> None:
-        while True:
-            message = await self.receive()
-            if message["type"] == "http.disconnect":
-                self.nursery.cancel_scope.cancel()
-                return
+
+async def _watch_disconnect(
+    receive: Callable[[], Awaitable[Any]], cancel: trio.CancelScope
+) -> None:
+    """Where the server gives no :class:`~gateway.connections.Disconnect`: wait for the
+    ``http.disconnect`` message (the request body is read by then)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            cancel.cancel()
+            return
 
 
 #: a lean route: the app's state and the request -> the reply
@@ -208,33 +216,46 @@ async def serve_lean(
     scope: dict[str, Any] = conn.scope
     scope["gateway.route"] = route
     app = conn.app
-    started = [False]
+    limits = int(app.config["MAX_CONTENT_LENGTH"]), float(app.config["BODY_TIMEOUT"] or "inf")
+    gone: Disconnect | None = scope.get(DISCONNECT_KEY)
+    with trio.CancelScope() as cancel:  # cancelled when the client leaves after its body
+        if gone is not None:  # the gateway's connections: a callback, no task
+            try:
+                req = LeanRequest(scope, receive, *limits, lambda: gone.on(cancel.cancel))
+                await _answer(conn, handler, req, send, writes)
+            finally:
+                gone.on(None)
+            return
+        async with trio.open_nursery() as nursery:
+
+            def watch() -> None:
+                nursery.start_soon(_watch_disconnect, receive, cancel)
+
+            await _answer(conn, handler, LeanRequest(scope, receive, *limits, watch), send, writes)
+            nursery.cancel_scope.cancel()
+
+
+async def _answer(conn: Any, handler: LeanRoute, req: LeanRequest, send: Any, writes: Any) -> None:
+    """The handler's reply sent, or the error it raised before the answer began."""
+    started = False
 
     async def tracked(message: Any) -> None:
-        started[0] = True
+        nonlocal started
+        started = True
         await send(message)
 
-    async with trio.open_nursery() as nursery:
-        req = LeanRequest(
-            scope,
-            receive,
-            int(app.config["MAX_CONTENT_LENGTH"]),
-            float(app.config["BODY_TIMEOUT"] or "inf"),
-            nursery,
-        )
-        try:
-            reply = await handler(app.gateway, req)
-            if isinstance(reply, StreamReply):
-                await conn.send_stream(tracked, 200, reply.body, writes)
-            else:
-                await _send_joined(tracked, reply.status, [], json_bytes(reply.obj), writes)
-        except _Gone:
-            pass
-        except Exception as exc:
-            if started[0]:
-                raise
-            await _send_joined(tracked, *error_parts(_as_gateway_error(exc, scope)), writes)
-        nursery.cancel_scope.cancel()
+    try:
+        reply = await handler(conn.app.gateway, req)
+        if isinstance(reply, StreamReply):
+            await conn.send_stream(tracked, 200, reply.body, writes)
+        else:
+            await _send_joined(tracked, reply.status, [], json_bytes(reply.obj), writes)
+    except _Gone:
+        pass
+    except Exception as exc:
+        if started:
+            raise
+        await _send_joined(tracked, *error_parts(_as_gateway_error(exc, req.scope)), writes)
 
 
 def _as_gateway_error(exc: Exception, scope: dict[str, Any]) -> GatewayError:

@@ -28,6 +28,7 @@ from gateway.events import (
     Named,
     Role,
     Text,
+    TextLog,
     ToolCall,
     Usage,
 )
@@ -173,12 +174,15 @@ def _add_tool(delta: dict[str, Any], ev: ToolCall) -> bool:
 class ChatEncoder:
     """Encodes one chat-completions stream; ``content`` keeps the emitted text per choice."""
 
-    def __init__(self, *, relay_named: bool = True, usage_on_finish: bool = False) -> None:
+    def __init__(
+        self, *, relay_named: bool = True, usage_on_finish: bool = False, keep_text: bool = True
+    ) -> None:
         self.meta = Meta()
         self.relay_named = relay_named
         #: usage on the finish chunk (Open WebUI) instead of a chunk of its own (OpenAI)
         self.usage_on_finish = usage_on_finish
-        self.content: dict[int, list[str]] = {}
+        #: the content emitted per choice, kept only with ``keep_text`` (a session's answer)
+        self.content: dict[int, TextLog] | None = {} if keep_text else None
         self._held: list[Finish | Usage] = []
         self._seen: set[int] = set()
         self._prefix: bytes | None = None
@@ -229,8 +233,8 @@ class ChatEncoder:
     def _note(self, ev: Event) -> None:
         if type(ev) is Text:
             self._seen.add(ev.choice)
-            if ev.channel == "content":
-                self.content.setdefault(ev.choice, []).append(ev.text)
+            if ev.channel == "content" and self.content is not None:
+                self.content.setdefault(ev.choice, TextLog()).append(ev.text)
         elif type(ev) is Role or type(ev) is ToolCall:
             self._seen.add(ev.choice)
 
@@ -255,7 +259,8 @@ class ChatEncoder:
             elif texts:
                 text = texts[0] if len(texts) == 1 else "".join(texts)
                 texts.clear()
-                self.content.setdefault(0, []).append(text)
+                if self.content is not None:
+                    self.content.setdefault(0, TextLog()).append(text)
                 body = _JSON.encode(text).encode("utf-8", UNPAIRED)
                 parts.append(self._prefix + body + _FAST_TAIL)
         if parts:
@@ -303,7 +308,10 @@ class ChatEncoder:
 
     def text(self, choice: int = 0) -> str:
         """The content emitted for one choice (what a session stores)."""
-        return "".join(self.content.get(choice, ()))
+        if self.content is None:
+            raise ValueError("this encoder keeps no text (keep_text=False)")
+        log = self.content.get(choice)
+        return log.text() if log is not None else ""
 
 
 def completion_object(

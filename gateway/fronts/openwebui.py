@@ -68,7 +68,7 @@ class OpenWebUIEncoder(ChatEncoder):
     """A chat stream for Open WebUI: no named events or tool calls, a note, ``files``."""
 
     def __init__(self, model: str, mode: str, *, after_note: bool = False) -> None:
-        super().__init__(relay_named=False, usage_on_finish=True)
+        super().__init__(relay_named=False, usage_on_finish=True, keep_text=False)
         #: the answer continues a message that ends with a note ("Continue Response"):
         #: Open WebUI appends to it, so the new text starts a paragraph of its own
         self.after_note = after_note

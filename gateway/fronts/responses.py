@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.errors import GatewayError, RequestError
-from gateway.events import Event, Finish, Text, ToolCall, Usage
+from gateway.events import Event, Finish, Text, TextLog, ToolCall, Usage
 from gateway.sse import encode_comment, encode_json
 
 __all__ = [
@@ -240,7 +240,7 @@ class ResponsesEncoder:
         self.background = background
         self.msg_id = "msg_" + secrets.token_hex(12)
         self.seq = 0
-        self._text: list[str] = []
+        self._text = TextLog()
         self._calls: dict[int, _Call] = {}
         self._next_index = 1
         self._reason: str | None = None
@@ -271,7 +271,7 @@ class ResponsesEncoder:
 
     def _message(self, status: str) -> dict[str, Any]:
         content = (
-            [{"type": "output_text", "text": "".join(self._text), "annotations": []}]
+            [{"type": "output_text", "text": self._text.text(), "annotations": []}]
             if status != "in_progress"
             else []
         )
@@ -352,7 +352,7 @@ class ResponsesEncoder:
         return out
 
     def _close_items(self, status: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        text = "".join(self._text)
+        text = self._text.text()
         part = {"type": "output_text", "text": text, "annotations": []}
         ids = {"item_id": self.msg_id, "output_index": 0, "content_index": 0}
         message = self._message(status)
@@ -385,7 +385,7 @@ class ResponsesEncoder:
         closing, output = self._close_items(status)
         env = self.envelope(status, output)
         env["usage"] = self.usage
-        env["output_text"] = "".join(self._text)
+        env["output_text"] = self._text.text()
         env["gateway"] = manifest
         if incomplete:
             env["incomplete_details"] = {"reason": incomplete}
@@ -398,7 +398,7 @@ class ResponsesEncoder:
         out = self.events(events)
         env = self.envelope("failed", [self._message("incomplete")])
         env["error"] = {"code": error.code, "message": error.message}
-        env["output_text"] = "".join(self._text)
+        env["output_text"] = self._text.text()
         env["gateway"] = manifest
         self.final = env
         return [*out, self._ev("response.failed", response=env)]
@@ -406,7 +406,7 @@ class ResponsesEncoder:
     def cancel_events(self, events: list[Event], manifest: dict[str, Any]) -> list[dict[str, Any]]:
         out = self.events(events)
         env = self.envelope("cancelled", [self._message("incomplete")])
-        env["output_text"] = "".join(self._text)
+        env["output_text"] = self._text.text()
         env["gateway"] = manifest
         self.final = env
         return [*out, self._ev("response.cancelled", response=env)]
@@ -429,7 +429,7 @@ class ResponsesEncoder:
         return response_sse(self.fail_events(events, error, manifest))
 
     def text(self) -> str:
-        return "".join(self._text)
+        return self._text.text()
 
 
 class ResponsesJournalFront:

@@ -52,7 +52,7 @@ async def chat_reply(st: GatewayState, req: Incoming) -> Reply:
     history = await st.sessions.history(caller.owner, sid) if sid is not None else []
     messages = await prepare_messages(st, caller.owner, [*history, *new_messages])
     ubody = upstream_chat_body({**b, "messages": messages}, pid)
-    front = ChatEncoder()
+    front = ChatEncoder(keep_text=sid is not None)  # a session stores the answer
 
     async def remember(outcome: object) -> None:
         if sid is not None and outcome == "completed":

@@ -49,5 +49,6 @@ async def selftest() -> Response:
         ) from None
     pipeline = st.pipeline(st.resolver(caller.owner, mode))
     source = SSESource(scripted_chunks(selftest_script(str(path), nonce)))
-    relay: Relay[object, object, bytes] = Relay(source, pipeline, ChatEncoder(), st.relay_options())  # type: ignore[arg-type]
+    front = ChatEncoder(keep_text=False)
+    relay: Relay[object, object, bytes] = Relay(source, pipeline, front, st.relay_options())  # type: ignore[arg-type]
     return relay_response(st, SELFTEST_ROUTE, relay, on_close=lambda: st.count_rewrites(pipeline))
