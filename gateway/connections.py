@@ -387,6 +387,15 @@ class GatewayH11Protocol(H11Protocol):
     #: chunks of the current request's chunked body so far
     body_pieces = 0
 
+    async def handle(self, event: Event) -> None:
+        if isinstance(event, Closed):
+            # the connection is gone (a write failed, the client left, it is closing):
+            # a reader paused until the answer ends, with the client's next request
+            # already queued, would wait for ``can_read`` forever and keep the socket
+            self.stop_reading = True
+            await self.can_read.set()
+        await super().handle(event)
+
     async def _check_protocol(self, event: h11.Request) -> None:
         # HTTP/1.1 only: no HTTP/2 preface, no h2c upgrade (ignored, RFC 9110 §7.8)
         if not event.http_version.startswith(b"1."):

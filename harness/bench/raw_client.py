@@ -61,7 +61,10 @@ async def _kept_alive(
             ttfb: float | None = None
             seen, total = b"", 0
             while not seen.endswith(b"\r\n0\r\n\r\n"):
-                data = await reader.read(65536)
+                try:
+                    data = await reader.read(65536)
+                except ConnectionError:  # the server's reset came before its EOF
+                    data = b""
                 if not data:
                     break
                 total += len(data)

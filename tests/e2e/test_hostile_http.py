@@ -26,7 +26,7 @@ import socket
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -416,6 +416,44 @@ async def test_closed_connections_are_released_at_once(nursery: trio.Nursery) ->
 
     await trio.to_thread.run_sync(churn)
     await wait_until(lambda: policy.open == 0, limit=2)  # not keep_alive_timeout (75 s)
+
+
+def _streaming_app() -> QuartTrio:
+    """An app whose answer streams for seconds (a relayed chat, to the connection)."""
+    app = QuartTrio("streaming")
+
+    @app.post("/stream")
+    async def stream() -> Any:
+        async def chunks() -> AsyncIterator[bytes]:
+            for _ in range(500):
+                yield b"data: x\n\n"
+                await trio.sleep(0.01)
+
+        return chunks(), 200, {"Content-Type": "text/event-stream"}
+
+    return app
+
+
+@pytest.mark.parametrize("requests", [1, 2, 3])
+async def test_a_client_gone_during_an_answer_with_requests_queued_is_released(
+    nursery: trio.Nursery, requests: int
+) -> None:
+    """Two requests in one write, the client gone during the first answer: the reader,
+    paused for the queued request, waited forever, and the socket stayed open (found by
+    a red-team pass; one descriptor per such client until the process ran out)."""
+    policy = ConnectionPolicy()
+    port = await _serve(nursery, policy, _streaming_app())
+    one = b"POST /stream HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}"
+
+    def leave_early() -> None:
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                s.sendall(one * requests)
+                s.recv(100)  # the first answer has begun
+                time.sleep(0.03)
+
+    await trio.to_thread.run_sync(leave_early)
+    await wait_until(lambda: policy.open == 0, limit=5)
 
 
 async def test_keep_alive_timer_is_armed_after_a_request(
