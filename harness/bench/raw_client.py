@@ -46,38 +46,51 @@ def _request(
     ).encode() + body
 
 
+_CLOSE = re.compile(rb"(?i)\r\nconnection: *close\r\n")
+_CHUNKED_END = b"\r\n0\r\n\r\n"
+
+
 async def _kept_alive(
     host: str, port: int, request: bytes, n: int
 ) -> list[tuple[bool, float | None, int, None]]:
     """``n`` streams one after another on one kept-alive connection (each read to the
-    end of its chunked body); a new connection where the server closed one (it keeps
-    a connection for 1,000 requests, as hypercorn does)."""
+    end of its chunked body); a new connection after an answer that closed its own
+    (hypercorn ends a connection after 1,000 requests with ``Connection: close``)."""
     reader, writer = await asyncio.open_connection(host, port)
     results: list[tuple[bool, float | None, int, None]] = []
     for _ in range(n):
-        for attempt in range(2):
-            t0 = time.perf_counter()
-            writer.write(request)
-            ttfb: float | None = None
-            seen, total = b"", 0
-            while not seen.endswith(b"\r\n0\r\n\r\n"):
-                try:
-                    data = await reader.read(65536)
-                except ConnectionError:  # the server's reset came before its EOF
-                    data = b""
-                if not data:
-                    break
-                total += len(data)
-                seen = (seen + data)[-4096:]
-                if ttfb is None and _CONTENT.search(seen):
-                    ttfb = time.perf_counter() - t0
-            if total or attempt:
-                break
-            writer.close()  # closed before this request: once more on a new connection
+        writer.write(request)
+        done, ttfb, total, closed = await _read_answer(reader, time.perf_counter())
+        results.append((done, ttfb, total, None))
+        if closed:
+            writer.close()
             reader, writer = await asyncio.open_connection(host, port)
-        results.append((_DONE in seen, ttfb, total, None))
     writer.close()
     return results
+
+
+async def _read_answer(
+    reader: asyncio.StreamReader, t0: float
+) -> tuple[bool, float | None, int, bool]:
+    """One chunked answer: ``[DONE]`` seen, time to first content, bytes, and whether
+    the connection is over (``Connection: close``, or it ended before the answer)."""
+    ttfb: float | None = None
+    head, seen, total = b"", b"", 0
+    while not seen.endswith(_CHUNKED_END):
+        try:
+            data = await reader.read(65536)
+        except ConnectionError:  # a reset before the server's EOF
+            data = b""
+        if not data:
+            return _DONE in seen, ttfb, total, True
+        if total < 4096:
+            head += data[: 4096 - total]
+        total += len(data)
+        seen = (seen + data)[-4096:]
+        if ttfb is None and _CONTENT.search(seen):
+            ttfb = time.perf_counter() - t0
+    head = head.split(b"\r\n\r\n", 1)[0] + b"\r\n"
+    return _DONE in seen, ttfb, total, bool(_CLOSE.search(head))
 
 
 async def _one(
