@@ -20,8 +20,9 @@ never yield from inside a nursery in a body generator; a context manager entered
 exited by the sending task is safe). One producer task reads, feeds the stage, encodes
 and queues the output without a checkpoint while there is room (``send_nowait``), so
 everything that arrived in one socket read leaves in one write; the consumer joins
-what is already queued and never waits for more, so nothing is delayed. A watch task
-(the stream's one timer, and its drain watch) queues a keep-alive only after
+what is already queued and never waits for more, so nothing is delayed. The stream's
+one timer (an entry in the run's :mod:`gateway.streamclock`, which also watches the
+drain: no task of its own) queues a keep-alive only after
 ``keepalive_seconds`` of real silence; silence longer than ``idle_timeout_seconds``
 (``first_byte_seconds`` before the first item) ends the stream with
 ``upstream_timeout``; the consumer waits without a deadline (no timer per item). A drain, an idle timeout or :meth:`Relay.stop` cancels a
@@ -43,6 +44,8 @@ from typing import Any, Generic, Protocol, TypeVar
 import trio
 
 from gateway.errors import Draining, GatewayError, UpstreamError
+from gateway.handoff import Handoff
+from gateway.streamclock import TimerHandle, clock
 
 __all__ = ["CANCELLED", "Front", "Relay", "RelayOptions", "Source", "Stage", "StageStep"]
 
@@ -151,7 +154,7 @@ class Relay(Generic[In, Ev, Out]):
         self._stage = stage
         self._front = front
         self._opts = opts or RelayOptions()
-        self._send, self._recv = trio.open_memory_channel[Out](OUT_BUFFER)
+        self._out: Handoff[Out] = Handoff(OUT_BUFFER)
         self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._nursery: trio.Nursery | None = None
         self._read_scope: trio.CancelScope | None = None
@@ -161,6 +164,7 @@ class Relay(Generic[In, Ev, Out]):
         self._last_tick = 0.0
         self._got_data = False
         self._terminated = False
+        self._timer: TimerHandle | None = None
         self.outcome: Outcome | None = None
 
     # -- context manager (runs in the consuming task) ------------------------------
@@ -170,7 +174,7 @@ class Relay(Generic[In, Ev, Out]):
         self._nursery_cm = trio.open_nursery()
         nursery = self._nursery = await self._nursery_cm.__aenter__()
         nursery.start_soon(self._produce)
-        nursery.start_soon(self._watch, self._opts.draining)
+        self._timer = clock().add(self, self._next(), self._opts.draining)
         return self
 
     async def __aexit__(
@@ -188,7 +192,9 @@ class Relay(Generic[In, Ev, Out]):
                 _raise_single(eg)
                 raise  # pragma: no cover - _raise_single always raises
         finally:
-            self._recv.close()
+            if self._timer is not None:
+                self._timer.cancel()
+            self._out.close_receive()
             if self._opts.on_held is not None:
                 self._opts.on_held(0)
             with trio.CancelScope(shield=True):
@@ -200,12 +206,12 @@ class Relay(Generic[In, Ev, Out]):
         return self
 
     async def __anext__(self) -> Out:
-        recv = self._recv
+        recv = self._out
         while True:
             try:
                 first = recv.receive_nowait()
             except trio.WouldBlock:
-                try:  # no deadline here: the watch task keeps the time (one timer a stream)
+                try:  # no deadline here: the stream clock keeps the time
                     first = await recv.receive()
                 except trio.EndOfChannel:
                     raise StopAsyncIteration from None
@@ -227,8 +233,7 @@ class Relay(Generic[In, Ev, Out]):
 
     def ready(self) -> bool:
         """Would ``__anext__`` return without waiting (output queued, or the end)?"""
-        stats = self._recv.statistics()
-        return stats.current_buffer_used > 0 or stats.open_send_channels == 0
+        return len(self._out) > 0 or self._out.send_closed
 
     def _limit(self) -> float:
         """The silence allowed now: before the first item the first-byte bound."""
@@ -236,25 +241,27 @@ class Relay(Generic[In, Ev, Out]):
             return self._opts.first_byte_seconds
         return self._opts.idle_timeout_seconds
 
-    async def _watch(self, draining: trio.Event | None) -> None:
-        """The stream's one timer and its drain watch: a keep-alive after
+    def _next(self) -> float:
+        """When the clock should look at this stream next: the keep-alive tick, or the
+        end of the silence allowed if that comes first (while not stopping)."""
+        tick = max(self._last_data, self._last_tick) + self._opts.keepalive_seconds
+        if self._stop is None:
+            return min(tick, self._last_data + self._limit())
+        return tick
+
+    def due(self, now: float) -> float | None:
+        """The stream's one timer (:mod:`gateway.streamclock`): a keep-alive after
         ``keepalive_seconds`` of real silence (queued only while nothing else is), and
-        silence past the bound ends the stream, at its own time (not at the next tick).
-        It sleeps to the next such moment and only then looks at what arrived meanwhile:
-        no deadline is set or moved per item."""
-        keepalive = self._opts.keepalive_seconds
-        while not self._terminated:
-            tick = max(self._last_data, self._last_tick) + keepalive
-            timing_out = self._stop is None
-            with trio.move_on_at(
-                min(tick, self._last_data + self._limit()) if timing_out else tick
-            ):
-                if draining is None:
-                    await trio.sleep_forever()
-                await draining.wait()
-                self.stop(Draining())
-                return
-            self._on_time(keepalive, timing_out)
+        silence past the bound ends the stream, at its own time. Called only at the
+        moments :meth:`_next` asked for; it then looks at what arrived meanwhile: no
+        deadline is set or moved per item."""
+        if self._terminated:
+            return None
+        self._on_time(self._opts.keepalive_seconds, self._stop is None)
+        return None if self._terminated else self._next()
+
+    def drain(self) -> None:
+        self.stop(Draining())
 
     def _on_time(self, keepalive: float, timing_out: bool) -> None:
         now = trio.current_time()
@@ -267,14 +274,14 @@ class Relay(Generic[In, Ev, Out]):
         if max(self._last_data, self._last_tick) + keepalive > now:
             return  # data arrived meanwhile (or the bound is not reached): wait on
         self._last_tick = now
-        if self._send.statistics().current_buffer_used:
+        if len(self._out):
             return  # output is waiting to be sent: no ping needed
         ping = self._front.keepalive()
         if ping:
             with contextlib.suppress(
                 trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError
             ):
-                self._send.send_nowait(ping)
+                self._out.send_nowait(ping)
 
     def stop(self, reason: GatewayError | None = CANCELLED) -> None:
         """End the stream early: with ``reason`` (``fail``), or :data:`CANCELLED` (``cancel``)."""
@@ -289,19 +296,20 @@ class Relay(Generic[In, Ev, Out]):
         if not out:
             return
         try:
-            self._send.send_nowait(out)
+            self._out.send_nowait(out)
         except trio.WouldBlock:
-            await self._send.send(out)
+            await self._out.send(out)
 
     async def _produce(self) -> None:
-        with self._send:
-            try:
-                await self._push(self._front.start())
-                await self._loop()
-            except GatewayError as exc:
-                await self._terminal(exc)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass  # the consumer left
+        try:
+            await self._push(self._front.start())
+            await self._loop()
+        except GatewayError as exc:
+            await self._terminal(exc)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the consumer left
+        finally:
+            self._out.close_send()
 
     async def _loop(self) -> None:
         # One cancel scope for many reads (a scope per read cost as much as the rest

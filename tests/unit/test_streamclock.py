@@ -1,0 +1,250 @@
+"""The run's one timer task (:mod:`gateway.streamclock`) and the relay's and the ASGI
+queue's handoff (:mod:`gateway.handoff`), on their own, in trio's virtual time.
+
+The clock: entries fire in time order at their own moment, re-arm at the moment they
+ask for, an earlier entry wakes a clock asleep on a later one, a cancelled entry never
+fires and dead entries are swept, a drain reaches every live entry of its event (also
+one registered after the event was set), a failing callback is logged and dropped
+without harming the others. The handoff: the bounds, the order, the ends, a second
+waiter refused, cancellation never losing an item, checked against trio's own memory
+channel over generated operation sequences.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.handoff import Handoff
+from gateway.streamclock import SWEEP_AT, StreamClock, clock
+
+
+class Recorder:
+    def __init__(self, name: str, log: list[tuple[str, float]], again: float | None = None):
+        self.name, self.log, self.again = name, log, again
+        self.drained = 0
+
+    def due(self, now: float) -> float | None:
+        self.log.append((self.name, now))
+        return None if self.again is None else now + self.again
+
+    def drain(self) -> None:
+        self.drained += 1
+
+
+@pytest.fixture
+def mock_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+async def test_entries_fire_in_order_at_their_moment(mock_clock: trio.testing.MockClock) -> None:
+    log: list[tuple[str, float]] = []
+    t0 = trio.current_time()
+    c = clock()
+    c.add(Recorder("late", log), t0 + 5)
+    c.add(Recorder("early", log), t0 + 1)
+    await trio.sleep(2)
+    c.add(Recorder("earlier-than-asleep", log), trio.current_time() + 0.5)  # clock sleeps to 5
+    await trio.sleep(10)
+    assert [(n, round(t - t0, 6)) for n, t in log] == [
+        ("early", 1.0),
+        ("earlier-than-asleep", 2.5),
+        ("late", 5.0),
+    ]
+    assert c.statistics()["entries"] == 0
+
+
+async def test_an_entry_rearms_where_it_asks_and_stops_when_cancelled(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    log: list[tuple[str, float]] = []
+    t0 = trio.current_time()
+    handle = clock().add(Recorder("tick", log, again=2), t0 + 1)
+    await trio.sleep(6)
+    handle.cancel()
+    handle.cancel()  # idempotent
+    await trio.sleep(10)
+    assert [round(t - t0, 6) for _, t in log] == [1.0, 3.0, 5.0]
+
+
+async def test_the_clock_is_one_per_run_and_dead_entries_are_swept(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    c = clock()
+    assert clock() is c
+    log: list[tuple[str, float]] = []
+    handles = [c.add(Recorder(str(i), log), trio.current_time() + 100) for i in range(SWEEP_AT * 3)]
+    keep = c.add(Recorder("kept", log), trio.current_time() + 1)
+    for h in handles:
+        h.cancel()
+    await trio.sleep(2)  # the clock wakes for "kept" and sweeps the dead
+    assert c.statistics() == {"entries": 0, "dead": 0, "draining_watched": 0}
+    assert log[-1][0] == "kept"
+    keep.cancel()
+
+
+async def test_a_drain_reaches_every_live_entry_of_its_event(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    c = clock()
+    draining, other = trio.Event(), trio.Event()
+    log: list[tuple[str, float]] = []
+    a, b, gone, elsewhere = (Recorder(n, log) for n in ("a", "b", "gone", "elsewhere"))
+    c.add(a, None, draining)
+    c.add(b, trio.current_time() + 50, draining)
+    c.add(gone, None, draining).cancel()
+    c.add(elsewhere, None, other)
+    assert c.statistics()["draining_watched"] == 3
+    draining.set()
+    await trio.sleep(0.1)
+    assert (a.drained, b.drained, gone.drained, elsewhere.drained) == (1, 1, 0, 0)
+    late = Recorder("late", log)
+    c.add(late, None, draining)  # registered after the event was set: drained at once
+    await trio.sleep(0.1)
+    assert late.drained == 1
+    await trio.sleep(100)
+    assert ("b", pytest.approx(trio.current_time() - 100 + 50 - 0.2, abs=1)) in [
+        (n, t) for n, t in log
+    ]  # draining does not cancel its timer
+
+
+class Failing(Recorder):
+    def due(self, now: float) -> float | None:
+        raise RuntimeError("boom")
+
+    def drain(self) -> None:
+        raise RuntimeError("boom")
+
+
+async def test_a_failing_callback_is_logged_and_the_clock_goes_on(
+    mock_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    c = clock()
+    log: list[tuple[str, float]] = []
+    draining = trio.Event()
+    c.add(Failing("bad", log), trio.current_time() + 1, draining)
+    c.add(Recorder("good", log, again=1), trio.current_time() + 1, draining)
+    with caplog.at_level(logging.ERROR, logger="gateway.streamclock"):
+        await trio.sleep(3.5)
+        draining.set()
+        await trio.sleep(0.1)
+    assert [n for n, _ in log] == ["good", "good", "good"]
+    assert sum("timer failed" in r.message for r in caplog.records) == 1
+    assert sum("failed to stop" in r.message for r in caplog.records) == 1  # still drained
+    # the failing entry left the heap; the good one is still timed
+    assert StreamClock.statistics(c)["entries"] == 1
+
+
+# -- the handoff
+
+
+async def test_handoff_bounds_order_and_ends() -> None:
+    q: Handoff[int] = Handoff(2)
+    q.send_nowait(1)
+    q.send_nowait(2)
+    with pytest.raises(trio.WouldBlock):
+        q.send_nowait(3)
+    q.send_past_limit(3)  # a disconnect never waits
+    assert len(q) == 3
+    assert [q.receive_nowait() for _ in range(3)] == [1, 2, 3]
+    with pytest.raises(trio.WouldBlock):
+        q.receive_nowait()
+    q.close_send()
+    with pytest.raises(trio.EndOfChannel):
+        await q.receive()
+    with pytest.raises(trio.ClosedResourceError):
+        q.send_nowait(4)
+
+
+async def test_handoff_backpressure_and_the_consumer_leaving() -> None:
+    q: Handoff[int] = Handoff(1)
+    got: list[int] = []
+    async with trio.open_nursery() as nursery:
+
+        async def produce() -> None:
+            with pytest.raises(trio.BrokenResourceError):
+                for i in range(100):
+                    await q.send(i)
+
+        nursery.start_soon(produce)
+        for _ in range(5):
+            got.append(await q.receive())
+        q.close_receive()  # the producer, parked on a full queue, is told at once
+    assert got == [0, 1, 2, 3, 4]
+
+
+async def test_handoff_refuses_a_second_waiter_and_cancellation_loses_nothing() -> None:
+    q: Handoff[int] = Handoff(1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(q.receive)
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(trio.BusyResourceError):
+            await q.receive()
+        nursery.cancel_scope.cancel()
+    q.send_nowait(7)  # the cancelled waiter left no trace
+    with trio.CancelScope() as cs:
+        cs.cancel()
+        with pytest.raises(trio.Cancelled):
+            await q.receive()  # cancelled before taking: the item stays
+    assert q.receive_nowait() == 7
+
+
+OPS = st.lists(
+    st.sampled_from(["send", "send", "send", "recv", "recv", "recv", "close_send", "close_recv"]),
+    max_size=40,
+)
+
+
+def _apply(q: object, op: object, counter: list[int]) -> str:
+    """One operation on a Handoff or a trio channel pair; what happened, as a word."""
+    try:
+        if op == "send":
+            counter[0] += 1
+            q.send_nowait(counter[0])  # type: ignore[attr-defined]
+            return "sent"
+        if op == "recv":
+            return f"got {q.receive_nowait()}"  # type: ignore[attr-defined]
+        if op == "close_send":
+            q.close_send()  # type: ignore[attr-defined]
+            return "closed"
+        q.close_receive()  # type: ignore[attr-defined]
+        return "closed"
+    except trio.WouldBlock:
+        return "would block"
+    except trio.EndOfChannel:
+        return "end"
+    except trio.BrokenResourceError:
+        return "broken"
+    except trio.ClosedResourceError:
+        return "closed error"
+
+
+class ChannelPair:
+    def __init__(self, limit: int) -> None:
+        self.send, self.recv = trio.open_memory_channel[int](limit)
+
+    def send_nowait(self, item: int) -> None:
+        self.send.send_nowait(item)
+
+    def receive_nowait(self) -> int:
+        return self.recv.receive_nowait()
+
+    def close_send(self) -> None:
+        self.send.close()
+
+    def close_receive(self) -> None:
+        self.recv.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(limit=st.integers(1, 4), ops=OPS)
+def test_handoff_behaves_as_a_trio_memory_channel(limit: int, ops: list[object]) -> None:
+    mine, theirs = Handoff[int](limit), ChannelPair(limit)
+    a, b = [0], [0]
+    for op in ops:
+        assert _apply(mine, op, a) == _apply(theirs, op, b), (op, ops)
