@@ -78,6 +78,9 @@ from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import parse_socket_addr
 
+from gateway.handoff import Handoff
+from gateway.streamclock import clock
+
 log = logging.getLogger("gateway.connections")
 
 POLICY_ATTR = "gateway_connection_policy"
@@ -263,9 +266,10 @@ class GatewayTaskGroup(TaskGroup):
 
     Once the app has finished, nothing reads its queue: the receive side is closed, so
     a reader blocked on a full queue returns at once and later puts are dropped. A
-    disconnect that does not fit in the queue is delivered by a helper task instead of
-    blocking the protocol (which may be running shielded). The request's
-    :class:`Disconnect` (``scope[DISCONNECT_KEY]``) fires as the disconnect is queued.
+    disconnect is queued even when the queue is full, without waiting (the protocol may
+    be running shielded). The request's :class:`Disconnect` (``scope[DISCONNECT_KEY]``)
+    fires as the disconnect is queued. The queue is a :class:`gateway.handoff.Handoff`
+    (one putter, the connection's reader; one receiver, the app).
     """
 
     async def spawn_app(
@@ -273,12 +277,12 @@ class GatewayTaskGroup(TaskGroup):
     ) -> Callable[[Any], Awaitable[None]]:
         nursery = self._nursery
         assert nursery is not None
-        to_app, from_peer = trio.open_memory_channel[Any](config.max_app_queue_size)
+        queue: Handoff[Any] = Handoff(config.max_app_queue_size)
         gone = scope[DISCONNECT_KEY] = Disconnect()
 
         async def app_send(message: Any) -> None:
             if message is None:  # the app is done: nobody reads the queue any more
-                from_peer.close()
+                queue.close_receive()
             await send(message)
 
         nursery.start_soon(
@@ -286,26 +290,19 @@ class GatewayTaskGroup(TaskGroup):
             app,
             config,
             scope,
-            from_peer.receive,
+            queue.receive,
             app_send,
             trio.to_thread.run_sync,
             trio.from_thread.run,
         )
 
-        async def put_later(message: Any) -> None:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await to_app.send(message)
-
         async def app_put(message: Any) -> None:
+            if message.get("type") == "http.disconnect":
+                gone.set()
+                queue.send_past_limit(message)  # never waits: the protocol may be shielded
+                return
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                if message.get("type") == "http.disconnect":
-                    gone.set()
-                    try:
-                        to_app.send_nowait(message)
-                    except trio.WouldBlock:
-                        nursery.start_soon(put_later, message)
-                    return
-                await to_app.send(message)
+                await queue.send(message)
 
         return app_put
 
@@ -566,8 +563,7 @@ class GatewayTCPServer(TCPServer):
     _read_scope: trio.CancelScope | None = None
     _aborted = False
     _idle_until = math.inf
-    _idle_scope: trio.CancelScope | None = None
-    _idle_done = False
+    _terminated = False
 
     async def run(self) -> None:
         policy = policy_of(self.config)
@@ -617,59 +613,40 @@ class GatewayTCPServer(TCPServer):
                 )
                 await self.protocol.initiate()
                 self._idle_until = trio.current_time() + self.config.keep_alive_timeout
-                assert task_group._nursery is not None
-                task_group._nursery.start_soon(self._idle_watch)
+                stopping = clock().add(self, None, self.context.terminated)
                 try:
                     await self._read_data()
                 finally:
-                    # the client is gone or the connection closes: hypercorn would keep
-                    # the socket (CLOSE-WAIT) until its keep-alive timer fired
-                    self._idle_stop()
+                    stopping.cancel()
         except OSError:
             pass
         finally:
             await self._close(final=True)
 
     # hypercorn's keep-alive timer is a task started anew for every request (a lock, a
-    # nursery.start, two cancels); here one task per connection waits on a cancel scope
-    # whose deadline moves: idle -> now + keep_alive_timeout, busy -> never.
-
-    async def _idle_watch(self) -> None:
-        terminated = self.context.terminated
-        while not self._idle_done:
-            with trio.CancelScope(deadline=self._idle_until) as scope:
-                self._idle_scope = scope
-                if terminated.is_set():  # stopping: only going idle (deadline now) ends it
-                    await trio.sleep_forever()
-                else:
-                    await terminated.wait()
-            self._idle_scope = None
-            if self._idle_done:
-                return
-            idle = self._idle_until != math.inf
-            if idle and (not scope.cancelled_caught or trio.current_time() >= self._idle_until):
-                break  # idle while the server stops, or idle for too long: close
-        else:
-            return
-        self._idle_done = True
-        with trio.CancelScope(shield=True):
-            await self._initiate_server_close()
+    # nursery.start, two cancels); here the reader's own deadline is the idle timer:
+    # idle -> now + keep_alive_timeout (now once the server stops), busy -> never. The
+    # stop is seen through the run's stream clock (one waiter for every connection).
 
     def _idle_set(self, idle: bool) -> None:
         until = math.inf
         if idle:
             now = trio.current_time()
-            until = (
-                now if self.context.terminated.is_set() else now + self.config.keep_alive_timeout
-            )
+            stopping = self._terminated or self.context.terminated.is_set()
+            until = now if stopping else now + self.config.keep_alive_timeout
         self._idle_until = until
-        if self._idle_scope is not None:
-            self._idle_scope.deadline = until
+        scope = self._read_scope
+        if scope is not None:
+            scope.deadline = self._read_deadline()
 
-    def _idle_stop(self) -> None:
-        self._idle_done = True
-        if self._idle_scope is not None:
-            self._idle_scope.cancel()
+    def due(self, now: float) -> float | None:  # pragma: no cover - registered untimed
+        return None
+
+    def drain(self) -> None:
+        """The server stops: an idle connection closes now, a busy one once idle."""
+        self._terminated = True
+        if self._idle_until != math.inf:
+            self._idle_set(True)
 
     @property
     def _h11(self) -> GatewayH11Protocol | None:
@@ -684,7 +661,9 @@ class GatewayTCPServer(TCPServer):
             return math.inf
         timeout = self._policy.header_timeout
         if proto.awaiting_head:
-            return math.inf if self._head_started is None else self._head_started + timeout
+            if self._head_started is None:
+                return self._idle_until
+            return min(self._idle_until, self._head_started + timeout)
         if proto.receiving_body:
             return trio.current_time() + timeout
         return math.inf
@@ -712,7 +691,8 @@ class GatewayTCPServer(TCPServer):
                     except (trio.ClosedResourceError, trio.BrokenResourceError):
                         break
                 if grace.cancelled_caught:
-                    await self._read_timed_out(proto)
+                    if not self._idle_over(proto):
+                        await self._read_timed_out(proto)
                     break
             elif scope.cancelled_caught:
                 break
@@ -735,6 +715,14 @@ class GatewayTCPServer(TCPServer):
             if data == b"":
                 break
         await proto.handle(Closed())
+
+    def _idle_over(self, proto: GatewayH11Protocol) -> bool:
+        """The deadline that fired is the idle one (keep-alive over, or the server
+        stops) rather than a slow head's: the connection closes without a word."""
+        if not proto.awaiting_head or trio.current_time() < self._idle_until:
+            return False
+        head = self._head_started
+        return head is None or trio.current_time() < head + self._policy.header_timeout
 
     async def _read_timed_out(self, proto: GatewayH11Protocol) -> None:
         policy = self._policy
@@ -842,7 +830,7 @@ class GatewayTCPServer(TCPServer):
                 self._head_started = trio.current_time() if trailing else None
             else:
                 self._head_started = None
-            if self._h11 is not None:  # plain TCP: the one idle task (see _idle_watch)
+            if self._h11 is not None:  # plain TCP: the reader's deadline (see _idle_set)
                 self._idle_set(event.idle)
                 return
         await super().protocol_send(event)
