@@ -21,7 +21,7 @@ import math
 import re
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from contextlib import AbstractAsyncContextManager
 from types import MappingProxyType
 from typing import Any
 
@@ -97,7 +97,7 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
                 seen[0] = message["status"]
             await send(message)
 
-        stack = AsyncExitStack()
+        stack = Cleanup()
         scope: Any = self.scope
         scope["gateway.cleanup"] = stack
         app: Any = self.app
@@ -213,9 +213,42 @@ def body_timeout_message(seconds: float | None) -> str:
     return f"The request body did not arrive within {seconds or math.inf:g} s."
 
 
-def cleanup_stack() -> AsyncExitStack:
+class Cleanup:
+    """What a request leaves to close when it is over, last in first out: the part of
+    :class:`contextlib.AsyncExitStack` a request uses (``callback``,
+    ``push_async_callback``) in a list (the stack's deque was ≈ 0.7 KiB a stream). Every
+    callback runs; the first error is raised after the last one."""
+
+    __slots__ = ("_callbacks",)
+
+    def __init__(self) -> None:
+        self._callbacks: list[tuple[Callable[..., Any], tuple[Any, ...], bool]] = []
+
+    def callback(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._callbacks.append((fn, args, False))
+
+    def push_async_callback(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        self._callbacks.append((fn, args, True))
+
+    async def aclose(self) -> None:
+        first: BaseException | None = None
+        callbacks, self._callbacks = self._callbacks, []
+        for fn, args, is_async in reversed(callbacks):
+            try:
+                if is_async:
+                    await fn(*args)
+                else:
+                    fn(*args)
+            except BaseException as exc:
+                if first is None:
+                    first = exc
+        if first is not None:
+            raise first
+
+
+def cleanup_stack() -> Cleanup:
     """The current request's exit stack (closed when the request is over)."""
-    stack: AsyncExitStack = request.scope["gateway.cleanup"]  # type: ignore[typeddict-item]
+    stack: Cleanup = request.scope["gateway.cleanup"]  # type: ignore[typeddict-item]
     return stack
 
 

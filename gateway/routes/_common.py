@@ -8,7 +8,6 @@ seen that way, :func:`to_response` turns its :data:`gateway.lean.Reply` into qua
 from __future__ import annotations
 
 import time
-from contextlib import AsyncExitStack
 from typing import Any
 
 from quart import Response, request
@@ -23,6 +22,7 @@ from gateway.state import GatewayState, current
 from gateway.upstream import StreamResponse, close_quietly, metric_code
 from gateway.web import (
     ChannelBody,
+    Cleanup,
     json_body,
     json_response,
     max_json_depth,
@@ -86,7 +86,7 @@ async def open_upstream(
         raise
     st.metrics.first_byte.observe(time.perf_counter() - t0)
     scope: Any = req.scope if req is not None else request.scope
-    stack: AsyncExitStack = scope["gateway.cleanup"]
+    stack: Cleanup = scope["gateway.cleanup"]
     stack.push_async_callback(close_quietly, resp)
     return resp
 
