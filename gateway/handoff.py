@@ -123,6 +123,7 @@ class Handoff(Generic[T]):
     def close_receive(self) -> None:
         self.receive_closed = True
         self._items.clear()
+        self._wake_getter()  # a receiver still waiting (none in the gateway) is told
         putter = self._putter
         if putter is not None:
             self._putter = None

@@ -267,7 +267,8 @@ class Relay(Generic[In, Ev, Out]):
         now = trio.current_time()
         if self._terminated:
             return
-        if timing_out and self._stop is None and now - self._last_data >= self._limit():
+        # the same sum as _next's (now - last >= limit can be false at that moment)
+        if timing_out and self._stop is None and now >= self._last_data + self._limit():
             self._last_tick = now  # no keep-alive right before the terminal
             self.stop(_timeout())
             return
@@ -344,7 +345,10 @@ class Relay(Generic[In, Ev, Out]):
             await self._terminal("completed")
             return True
         self._last_data = trio.current_time()
-        self._got_data = True
+        if not self._got_data:  # the bound is the idle one now: sooner, if it is shorter
+            self._got_data = True
+            if self._timer is not None:
+                self._timer.sooner(self._next())
         stage = self._stage
         step = await stage.feed(item)
         on_held = self._opts.on_held

@@ -54,14 +54,26 @@ class Timed(Protocol):
 class TimerHandle:
     """A stream's place in the clock; :meth:`cancel` when the stream ends."""
 
-    __slots__ = ("_clock", "_draining", "target", "timed")
+    __slots__ = ("_clock", "_draining", "at", "seq", "target", "timed")
 
     def __init__(self, clock: StreamClock, target: Timed, draining: Waitable | None) -> None:
         self._clock = clock
         self.target: Timed | None = target
         self._draining = draining
-        #: in the heap (a handle registered for its event only is not)
+        #: in the heap (a handle registered for its event only is not), due at ``at``
         self.timed = True
+        self.at = math.inf
+        self.seq = -1  # of its live entry (the others are stale)
+
+    def sooner(self, at: float) -> None:
+        """Be due at ``at`` if that is before the moment asked for (the entry for the
+        later one is left behind, stale)."""
+        if self.target is None or (self.timed and at >= self.at):
+            return
+        if self.timed:
+            self._clock._dead += 1
+        self.timed = True
+        self._clock._push(at, self)
 
     def cancel(self) -> None:
         if self.target is None:
@@ -104,7 +116,8 @@ class StreamClock:
         return handle
 
     def _push(self, at: float, handle: TimerHandle) -> None:
-        heapq.heappush(self._heap, (at, next(self._seq), handle))
+        handle.at, handle.seq = at, next(self._seq)
+        heapq.heappush(self._heap, (at, handle.seq, handle))
         scope = self._scope
         if scope is not None and at < scope.deadline:
             scope.deadline = at
@@ -117,32 +130,40 @@ class StreamClock:
                 await trio.sleep_forever()
             self._scope = None
             now = trio.current_time()
+            due: list[tuple[float, int, TimerHandle]] = []
             while heap and heap[0][0] <= now:
-                _, _, handle = heapq.heappop(heap)
-                self._fire(handle, now)
+                due.append(heapq.heappop(heap))
+            for _, seq, handle in due:  # one asking for ``now`` again waits a round
+                self._fire(handle, seq, now)
             self._sweep()
 
-    def _fire(self, handle: TimerHandle, now: float) -> None:
+    def _fire(self, handle: TimerHandle, seq: int, now: float) -> None:
+        # every entry not live is counted in _dead once: cancel() counts the live one,
+        # sooner() the one it leaves behind
         target = handle.target
-        if target is None:
+        if target is None or seq != handle.seq:  # ended, or stale
             self._dead -= 1
             return
         try:
-            at = target.due(now)
+            next_at = target.due(now)
         except Exception:
             log.exception("a stream's timer failed; the stream is no longer timed")
-            at = None
-        if handle.target is None:  # ended by its own callback (counted dead then)
+            next_at = None
+        if handle.target is None or handle.seq != seq:  # its callback ended or moved it
             self._dead -= 1
-        elif at is None:
+        elif next_at is None:
             handle.timed = False  # out of the heap; a drain still reaches it
         else:
-            heapq.heappush(self._heap, (max(at, now), next(self._seq), handle))
+            self._push(max(next_at, now), handle)
 
     def _sweep(self) -> None:
         if self._dead < SWEEP_AT or self._dead * 2 < len(self._heap):
             return
-        self._heap[:] = [entry for entry in self._heap if entry[2].target is not None]
+        self._heap[:] = [
+            entry
+            for entry in self._heap
+            if entry[2].target is not None and entry[2].seq == entry[1]
+        ]
         heapq.heapify(self._heap)
         self._dead = 0
 

@@ -388,3 +388,17 @@ async def test_on_held_is_told_and_reset() -> None:
         Relay(Script(b"a", b"b", None), Echo(held_chars=7), Tags(), opts(on_held=seen.append))
     )
     assert seen == [7, 7, 0]
+
+
+async def test_the_silence_bound_fires_at_its_moment_despite_rounding(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # 0.7 + 0.1 - 0.7 < 0.1 in floating point: a bound checked as ``now - last >= limit``
+    # at the moment ``last + limit`` was false there, and the timer asked for that same
+    # moment again, for ever (a red-team pass read it off the code)
+    assert 0.7 + 0.1 - 0.7 < 0.1
+    assert trio.current_time() == 0.0  # the mock clock of a new run
+    source = Script(0.7, b"a", "block")  # the item arrives at virtual 0.7
+    relay = Relay(source, Echo(), Tags(), opts(idle_timeout_seconds=0.1, first_byte_seconds=9))
+    got = await collect(relay)
+    assert got == [(0, b"S|"), (0.7, b"E:a|"), (0.8, b"E:held|FAIL:upstream_timeout|")]

@@ -248,3 +248,116 @@ def test_handoff_behaves_as_a_trio_memory_channel(limit: int, ops: list[object])
     a, b = [0], [0]
     for op in ops:
         assert _apply(mine, op, a) == _apply(theirs, op, b), (op, ops)
+
+
+class Counted:
+    """Asks again ``again`` seconds after each call (``None``: once)."""
+
+    def __init__(self, again: float | None) -> None:
+        self.again = again
+        self.calls: list[float] = []
+
+    def due(self, now: float) -> float | None:
+        self.calls.append(now)
+        return None if self.again is None else now + self.again
+
+    def drain(self) -> None:
+        pass
+
+
+CLOCK_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "add", "cancel", "sooner", "sleep"]),
+        st.integers(0, 30),
+        st.sampled_from([None, 0.5, 3.0]),
+    ),
+    max_size=60,
+)
+
+
+def _live(c: StreamClock) -> list[tuple[float, int]]:
+    return [(at, seq) for at, seq, h in c._heap if h.target is not None and h.seq == seq]
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=CLOCK_OPS)
+def test_the_clock_fires_each_live_entry_once_at_its_moment(
+    ops: list[tuple[str, int, float | None]],
+) -> None:
+    async def main() -> None:
+        c = clock()
+        handles: list[tuple[object, Counted, list[float]]] = []  # handle, target, [due, touched]
+        for op, n, again in ops:
+            now = trio.current_time()
+            if op == "add":
+                target = Counted(again)
+                handles.append((c.add(target, now + n / 10), target, [now + n / 10, 0]))
+            elif op in ("cancel", "sooner") and handles:
+                handle, target, moments = handles[n % len(handles)]
+                moments[1] = 1
+                if op == "cancel":
+                    handle.cancel()  # type: ignore[attr-defined]
+                else:
+                    handle.sooner(now + n / 100)  # type: ignore[attr-defined]
+            else:
+                await trio.sleep(n / 10)
+            # every entry not live is counted dead, once; a live target has one entry
+            assert c._dead == len(c._heap) - len(_live(c))
+            live_handles = [h for at, seq, h in c._heap if h.target is not None and h.seq == seq]
+            assert len(set(live_handles)) == len(live_handles)  # one live entry at most
+        await trio.sleep(100)
+        for handle, target, (at, touched) in handles:
+            calls = target.calls
+            assert calls == sorted(calls)
+            assert len(calls) == len(set(calls))  # never twice at one moment
+            if not touched:  # neither cancelled nor moved: first called at its moment
+                assert calls and calls[0] == pytest.approx(at, abs=1e-9)
+                if target.again is None:
+                    assert len(calls) == 1
+            handle.cancel()  # type: ignore[attr-defined]
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+async def test_an_entry_moved_sooner_fires_then_and_not_at_the_old_moment(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    c = clock()
+    target = Counted(None)
+    handle = c.add(target, trio.current_time() + 10)
+    handle.sooner(trio.current_time() + 20)  # later: ignored
+    handle.sooner(trio.current_time() + 2)
+    await trio.sleep(30)
+    assert [round(t, 6) for t in target.calls] == [2.0]
+    assert c.statistics()["entries"] == 0 and c.statistics()["dead"] == 0
+
+
+async def test_an_entry_asking_for_now_again_waits_a_round(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    calls: list[float] = []
+
+    class Again:
+        def due(self, now: float) -> float | None:
+            calls.append(now)
+            return now if len(calls) < 5 else None
+
+        def drain(self) -> None:
+            pass
+
+    clock().add(Again(), trio.current_time() + 1)
+    await trio.sleep(2)
+    assert len(calls) == 5  # five rounds, not a loop inside one
+
+
+async def test_handoff_closing_the_receive_side_tells_a_waiting_receiver() -> None:
+    q: Handoff[int] = Handoff(1)
+    async with trio.open_nursery() as nursery:
+
+        async def waiting() -> None:
+            with pytest.raises(trio.ClosedResourceError):
+                await q.receive()
+
+        nursery.start_soon(waiting)
+        await trio.testing.wait_all_tasks_blocked()
+        q.close_receive()
