@@ -902,8 +902,21 @@ class GatewayTCPServer(TCPServer):
             await self.stream.aclose()  # pragma: no cover - not reached from hypercorn's h11
             return
         self._lingering = True
-        # the other task may be writing the last response (the app's, or hypercorn's
-        # 400): let it finish, then FIN; EOF during a write raised BusyResourceError
+        if not self.send_lock.locked() and _raw_socket(self.stream) is not None:
+            # no write under way (the common case): the FIN now, without the lock's and
+            # send_eof's round trips through the scheduler
+            with contextlib.suppress(OSError):
+                self.stream.socket.shutdown(trio.socket.SHUT_WR)
+        elif not await self._fin_after_write():
+            return
+        self._linger_until = trio.current_time() + LINGER_SECONDS
+        if self._read_scope is not None:
+            self._read_scope.deadline = min(self._read_scope.deadline, self._linger_until)
+
+    async def _fin_after_write(self) -> bool:
+        """The other task may be writing the last response (the app's, or hypercorn's
+        400): let it finish, then FIN (EOF during a write raised BusyResourceError).
+        False if the write was stuck and the connection is closed instead."""
         with trio.move_on_after(LINGER_SECONDS) as waited:
             async with self.send_lock:
                 with contextlib.suppress(
@@ -915,10 +928,8 @@ class GatewayTCPServer(TCPServer):
                     await self.stream.send_eof()
         if waited.cancelled_caught:  # a write that long is stuck: give up on it
             await self.stream.aclose()
-            return
-        self._linger_until = trio.current_time() + LINGER_SECONDS
-        if self._read_scope is not None:
-            self._read_scope.deadline = min(self._read_scope.deadline, self._linger_until)
+            return False
+        return True
 
 
 def _raw_socket(stream: object) -> Any:
