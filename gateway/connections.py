@@ -563,7 +563,6 @@ class GatewayTCPServer(TCPServer):
     _read_scope: trio.CancelScope | None = None
     _aborted = False
     _idle_until = math.inf
-    _terminated = False
 
     async def run(self) -> None:
         policy = policy_of(self.config)
@@ -632,7 +631,7 @@ class GatewayTCPServer(TCPServer):
         until = math.inf
         if idle:
             now = trio.current_time()
-            stopping = self._terminated or self.context.terminated.is_set()
+            stopping = self.context.terminated.is_set()
             until = now if stopping else now + self.config.keep_alive_timeout
         self._idle_until = until
         scope = self._read_scope
@@ -643,8 +642,8 @@ class GatewayTCPServer(TCPServer):
         return None
 
     def drain(self) -> None:
-        """The server stops: an idle connection closes now, a busy one once idle."""
-        self._terminated = True
+        """The server stops (``context.terminated`` is set): an idle connection closes
+        now, a busy one once idle (:meth:`_idle_set`)."""
         if self._idle_until != math.inf:
             self._idle_set(True)
 

@@ -43,7 +43,7 @@ class Handoff(Generic[T]):
 
     def send_nowait(self, item: T) -> None:
         if self.send_closed:
-            raise trio.ClosedResourceError("this relay's output is closed")
+            raise trio.ClosedResourceError("this handoff's sending side is closed")
         if self.receive_closed:
             raise trio.BrokenResourceError("the consumer left")
         if len(self._items) >= self._limit:
@@ -89,13 +89,10 @@ class Handoff(Generic[T]):
 
     def receive_nowait(self) -> T:
         if self.receive_closed:
-            raise trio.ClosedResourceError("this relay's output was closed by its consumer")
+            raise trio.ClosedResourceError("this handoff's receiving side is closed")
         if self._items:
             item = self._items.pop(0)
-            putter = self._putter
-            if putter is not None:
-                self._putter = None
-                trio.lowlevel.reschedule(putter)
+            self._wake_putter()
             return item
         if self.send_closed:
             raise trio.EndOfChannel
@@ -124,10 +121,7 @@ class Handoff(Generic[T]):
         self.receive_closed = True
         self._items.clear()
         self._wake_getter()  # a receiver still waiting (none in the gateway) is told
-        putter = self._putter
-        if putter is not None:
-            self._putter = None
-            trio.lowlevel.reschedule(putter)
+        self._wake_putter()
 
     # -- parking
 
@@ -136,6 +130,12 @@ class Handoff(Generic[T]):
         if getter is not None:
             self._getter = None
             trio.lowlevel.reschedule(getter)
+
+    def _wake_putter(self) -> None:
+        putter = self._putter
+        if putter is not None:
+            self._putter = None
+            trio.lowlevel.reschedule(putter)
 
     def _abort_get(self, _: object) -> trio.lowlevel.Abort:
         self._getter = None
