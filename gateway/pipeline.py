@@ -182,10 +182,16 @@ class Scrubber:
         return StreamRewriter(detector=self.settings.detector, json_text=json_text)
 
     async def render(
-        self, pieces: list[Piece], *, name_only: bool = False, json_text: bool = False
+        self,
+        pieces: list[Piece],
+        *,
+        name_only: bool = False,
+        json_text: bool = False,
+        prefetched: bool = False,
     ) -> str:
-        """The text of rewriter pieces, each path resolved (or its name alone)."""
-        if not name_only:
+        """The text of rewriter pieces, each path resolved (or its name alone);
+        ``prefetched``: the caller has already passed them to :meth:`prefetch`."""
+        if not name_only and not prefetched:
             await self.prefetch([pieces])
         out: list[str] = []
         for p in pieces:
@@ -338,7 +344,10 @@ class ChatPipeline(Scrubber):
         the step after the deltas before it, as when they were rendered one by one)."""
         await self.prefetch(held)
         for pieces in held:
-            text = await self.render(pieces)
+            if len(pieces) == 1 and type(pieces[0]) is str:
+                text = pieces[0]  # a delta after the first path, without one of its own
+            else:
+                text = await self.render(pieces, prefetched=True)
             if text:
                 out.append(Text(0, "content", text))
                 out.append(BOUNDARY)
