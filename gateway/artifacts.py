@@ -43,10 +43,11 @@ import fnmatch
 import logging
 import mimetypes
 import os
+import re
 import stat
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,41 @@ class FileFacts:
     ctime_ns: int | None = None
 
 
+class DeniedNames:
+    """``artifacts.denied``, compiled once: does a pattern match a run of consecutive
+    path components (case-insensitively, ``fnmatch`` wildcards)?
+
+    The one-component patterns (most of them) are one alternation tried once per
+    component; a longer pattern is tried at every position, component by component."""
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        split = [
+            tuple(c.lower() for c in d.replace("\\", "/").strip("/").split("/") if c)
+            for d in patterns
+        ]
+        #: a pattern of no component ("/") matches every path, as a run of none
+        self._always = any(not p for p in split)
+        singles = [fnmatch.translate(p[0]) for p in split if len(p) == 1]
+        self._single = re.compile("|".join(singles)) if singles else None
+        self._runs = tuple(
+            tuple(re.compile(fnmatch.translate(c)) for c in p) for p in split if len(p) > 1
+        )
+
+    def __call__(self, parts: Sequence[str]) -> bool:
+        if self._always:
+            return True
+        low = [x.lower() for x in parts]
+        single = self._single
+        if single is not None and any(single.match(x) for x in low):
+            return True
+        for run in self._runs:
+            n = len(run)
+            for i in range(len(low) - n + 1):
+                if all(run[j].match(low[i + j]) for j in range(n)):
+                    return True
+        return False
+
+
 class ArtifactService:
     """Mints links for responses and checks them for downloads."""
 
@@ -93,7 +129,9 @@ class ArtifactService:
         self.signer = signer
         self.clock = clock
         self.base_url = config.server.public_base_url.rstrip("/")
-        self._roots = tuple(Path(os.path.realpath(r)) for r in config.artifacts.roots)
+        roots = tuple(os.path.realpath(r) for r in config.artifacts.roots)
+        #: each root and the prefix of the paths below it ("/" is its own prefix)
+        self._roots = tuple((r, r if r.endswith("/") else r + "/") for r in roots)
         self._mounts = tuple(
             (m.agent_prefix.replace("\\", "/").rstrip("/"), Path(os.path.realpath(m.host_dir)))
             for m in config.artifacts.mounts
@@ -101,10 +139,7 @@ class ArtifactService:
         self.allow_hard_links = (
             config.artifacts.allow_hard_links if allow_hard_links is None else allow_hard_links
         )
-        self._denied = tuple(
-            tuple(p.lower() for p in d.replace("\\", "/").strip("/").split("/") if p)
-            for d in config.artifacts.denied
-        )
+        self._denied = DeniedNames(config.artifacts.denied)
 
     # -- checks (blocking; run in worker threads) --------------------------------
 
@@ -135,19 +170,20 @@ class ArtifactService:
                 return prefix + ("/" + rest if rest else "")
         return host_path
 
-    def _denied_parts(self, parts: tuple[str, ...]) -> bool:
-        low = tuple(x.lower() for x in parts)
-        for pattern in self._denied:
-            n = len(pattern)
-            for i in range(len(low) - n + 1):
-                if all(fnmatch.fnmatchcase(low[i + j], pattern[j]) for j in range(n)):
-                    return True
-        return False
-
-    def _under_root(self, p: Path) -> Path | None:
-        for root in self._roots:
-            if p == root or p.is_relative_to(root):
-                return root
+    def _below_root(self, p: str) -> tuple[str, ...] | None:
+        """The components of the normal absolute path ``p`` below the first root that
+        holds it (``()`` for the root itself), or None when no root holds it."""
+        if p.startswith("//"):  # POSIX leaves a leading "//" alone; pathlib reads it so
+            path = Path(p)
+            for root, _ in self._roots:
+                if path.is_relative_to(root):
+                    return path.relative_to(root).parts
+            return None
+        for root, prefix in self._roots:
+            if p == root:
+                return ()
+            if p.startswith(prefix):
+                return tuple(p[len(prefix) :].split("/"))
         return None
 
     def inspect(self, path: str) -> FileFacts | None:
@@ -155,20 +191,20 @@ class ArtifactService:
         host = self.to_host_path(path)
         if host is None:
             return None
-        written = Path(os.path.normpath(host))
+        written = os.path.normpath(host)
         try:
-            resolved = Path(os.path.realpath(host, strict=True))
+            resolved = os.path.realpath(host, strict=True)
         except (OSError, RuntimeError, ValueError):  # ValueError: NUL or lone surrogate
             log.debug("no link: missing or unresolvable")
             return None
-        root = self._under_root(resolved)
-        if root is None:
+        rel_resolved = self._below_root(resolved)
+        if rel_resolved is None:
             log.debug("no link: outside the artifact roots")
             return None
-        rel_resolved = resolved.relative_to(root).parts
-        wroot = self._under_root(written)
-        rel_written = written.relative_to(wroot).parts if wroot is not None else written.parts
-        if self._denied_parts(rel_resolved) or self._denied_parts(rel_written):
+        rel_written = self._below_root(written)
+        if rel_written is None:
+            rel_written = Path(written).parts
+        if self._denied(rel_resolved) or self._denied(rel_written):
             log.debug("no link: denied location")
             return None
         try:
@@ -184,10 +220,10 @@ class ArtifactService:
         if st.st_nlink > 1 and not self.allow_hard_links:
             log.debug("no link: the file has other hard links (artifacts.allow_hard_links)")
             return None
-        name = resolved.name
+        name = os.path.basename(resolved)
         ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
         return FileFacts(
-            str(resolved),
+            resolved,
             name,
             st.st_dev,
             st.st_ino,
@@ -198,9 +234,22 @@ class ArtifactService:
         )
 
     def mint(self, facts: FileFacts, owner: str, mode: str) -> ArtifactRecord:
+        """A new stored record for ``facts`` (blocking)."""
+        rec = self.new_record(facts, owner, mode)
+        self.store.create_artifact(rec)
+        self.signer.refresh()  # the url() that follows signs with a current key
+        return rec
+
+    def mint_all(self, recs: Sequence[ArtifactRecord]) -> None:
+        """Store :meth:`new_record`'s records in one transaction, all or none (blocking)."""
+        self.store.create_artifacts(recs)
+        self.signer.refresh()
+
+    def new_record(self, facts: FileFacts, owner: str, mode: str) -> ArtifactRecord:
+        """The record :meth:`mint` stores for ``facts`` (a new id; not stored yet)."""
         now = self.clock()
         expires = now + self.config.artifacts.public_ttl_seconds if mode == "public" else None
-        rec = ArtifactRecord(
+        return ArtifactRecord(
             id=new_artifact_id(),
             owner=owner,
             link_mode=mode,
@@ -215,9 +264,6 @@ class ArtifactService:
             content_type=facts.content_type,
             ctime_ns=facts.ctime_ns,
         )
-        self.store.create_artifact(rec)
-        self.signer.refresh()  # the url() that follows signs with a current key
-        return rec
 
     # -- links -----------------------------------------------------------------------
 
@@ -321,8 +367,7 @@ class ArtifactService:
                 and (rec.ctime_ns is None or st.st_ctime_ns == rec.ctime_ns)
                 and (st.st_nlink <= 1 or self.allow_hard_links)
             )
-            root = self._under_root(Path(os.path.realpath(rec.path)))
-            if not same or root is None:
+            if not same or self._below_root(os.path.realpath(rec.path)) is None:
                 raise changed
             return fd
         except BaseException:
@@ -365,13 +410,36 @@ class ResponseLinks:
         self._by_path.update(await trio.to_thread.run_sync(self._resolve_all, todo))
 
     def _resolve_all(self, paths: list[str]) -> dict[str, str | None]:
-        done: dict[str, str | None] = {}
-        for path in paths:
+        """Inspect ``paths`` in order (stopping at the first that fails) and store the
+        new records in one transaction; if that fails, none of them is kept and the
+        answers end before the first path that needed one (its resolve() raises)."""
+        done: dict[str, ArtifactRecord | None] = {}
+        new: dict[str, ArtifactRecord] = {}  # file → record, not stored yet
+        first_new = len(paths)
+        for i, path in enumerate(paths):
             try:
-                done[path] = self._resolve_sync(path)
+                facts = self._svc.inspect(path)
             except Exception:
                 break  # resolve() meets it again, in its place in the text
-        return done
+            if facts is None:
+                done[path] = None
+                continue
+            rec = self._by_file.get(facts.path)
+            if rec is None:
+                rec = new.get(facts.path)
+            if rec is None:
+                rec = new[facts.path] = self._svc.new_record(facts, self._owner, self._mode)
+                first_new = min(first_new, i)
+            done[path] = rec
+        if new:
+            try:
+                self._svc.mint_all(list(new.values()))
+            except Exception:  # none stored: answer the paths before the first new one
+                done = {p: done[p] for p in paths[:first_new] if p in done}
+            else:
+                self._by_file.update(new)
+                self._minted.extend(new.values())
+        return {p: None if r is None else self._svc.url(r) for p, r in done.items()}
 
     def _resolve_sync(self, path: str) -> str | None:
         facts = self._svc.inspect(path)

@@ -195,6 +195,11 @@ class Store(Protocol):
         """Insert a new record (its id must be new: ValueError otherwise)."""
         ...
 
+    def create_artifacts(self, recs: Sequence[ArtifactRecord]) -> None:
+        """Insert new records in one transaction: all of them or, on any failure (a
+        duplicate id: ValueError), none."""
+        ...
+
     def get_artifact(self, artifact_id: str) -> ArtifactRecord | None:
         """The record with this id, whoever owns it, or None."""
         ...

@@ -278,6 +278,23 @@ class SQLStore(Store, Generic[C]):
         base.check_artifact(rec)
         self._insert_new("artifacts", ARTIFACT_COLUMNS, artifact_params(rec), "an artifact")
 
+    def create_artifacts(self, recs: Sequence[ArtifactRecord]) -> None:
+        for rec in recs:
+            base.check_artifact(rec)
+        if not recs:
+            return
+        q = self.dialect.sql(
+            f"INSERT INTO artifacts ({ARTIFACT_COLUMNS})"
+            f" VALUES {_placeholders(len(artifact_params(recs[0])))}"
+        )
+        rows = [artifact_params(rec) for rec in recs]
+        try:
+            self._tx(lambda c: self._executemany(c, q, rows))
+        except Exception as exc:
+            if self._is_duplicate(exc):
+                raise ValueError("an artifact with one of these ids already exists") from None
+            raise
+
     def get_artifact(self, artifact_id: str) -> ArtifactRecord | None:
         row = self._one(f"SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE id = ?", (artifact_id,))
         return None if row is None else artifact_from_row(row)

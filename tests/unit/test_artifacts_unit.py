@@ -5,15 +5,19 @@ Real files under ``tmp_path``, a real SQLite store and a real :class:`Signer`.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.artifacts import (
     READ_CHUNK,
     ArtifactService,
+    DeniedNames,
     FileBody,
     Gone,
     content_disposition,
@@ -21,7 +25,7 @@ from gateway.artifacts import (
     etag,
     parse_range,
 )
-from gateway.errors import NotFound
+from gateway.errors import NotFound, StoreError
 from gateway.signing import Signer
 from gateway.store import ArtifactRecord, SQLiteStore
 from tests.conftest import make_config
@@ -407,37 +411,79 @@ async def test_response_links(svc: ArtifactService, root: Path, tmp_path: Path) 
 async def test_resolve_many_is_resolve_one_by_one(
     svc: ArtifactService, root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A batch gives what one-by-one resolution gives (same links, same manifest order),
-    and a path whose minting fails stops the batch there: resolve() raises it in its
-    place and nothing after it was minted."""
+    """A batch gives what one-by-one resolution gives (same links, same manifest order)
+    and stores its new records in one transaction."""
     for name in ("a.txt", "b.txt", "c.txt"):
         (root / name).write_text(name)
     paths = [f"{root}/a.txt", f"{tmp_path}/outside.txt", f"{root}/b.txt", f"{root}/a.txt"]
     one = svc.for_response("alice", "private")
     expected = [await one.resolve(p) for p in paths]
     batch = svc.for_response("alice", "private")
+    calls: list[int] = []
+    real_many = svc.store.create_artifacts
+
+    def create_artifacts(recs: Any) -> None:
+        calls.append(len(recs))
+        real_many(recs)
+
+    monkeypatch.setattr(svc.store, "create_artifacts", create_artifacts)
     await batch.resolve_many(paths)
+    assert calls == [2]
     got = [await batch.resolve(p) for p in paths]
     # ids are random per mint: compare which paths got links and which share one
     assert [u is None for u in got] == [u is None for u in expected] == [0, 1, 0, 0]
     assert got[0] == got[3] != got[2]
     names = [(a["filename"], a["url"]) for a in batch.manifest()["artifacts"]]
     assert names == [("a.txt", got[0]), ("b.txt", got[2])]
+    stored = {r.id for r in svc.store.list_artifacts("alice")}
+    assert {u.rsplit("/", 1)[1] for u in got if u} <= stored
 
+
+async def test_resolve_many_stops_where_one_by_one_would_fail(
+    svc: ArtifactService, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A path whose inspection fails stops the batch there (resolve() raises it in its
+    place, nothing after it is minted); a failing store keeps none of the batch's new
+    records, and resolve() then meets the failure at the first path that needs one."""
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (root / name).write_text(name)
+    abc = [f"{root}/a.txt", f"{root}/b.txt", f"{root}/c.txt"]
+    real_inspect = svc.inspect
+
+    def inspect(path: str) -> Any:
+        if path.endswith("b.txt"):
+            raise PermissionError("no")
+        return real_inspect(path)
+
+    monkeypatch.setattr(svc, "inspect", inspect)
     failing = svc.for_response("carol", "private")
-    real_mint = svc.mint
-
-    def mint(facts: Any, owner: str, mode: str) -> Any:
-        if facts.path.endswith("b.txt"):
-            raise RuntimeError("store down")
-        return real_mint(facts, owner, mode)
-
-    monkeypatch.setattr(svc, "mint", mint)
-    await failing.resolve_many([f"{root}/a.txt", f"{root}/b.txt", f"{root}/c.txt"])
-    assert await failing.resolve(f"{root}/a.txt") is not None
-    with pytest.raises(RuntimeError):
-        await failing.resolve(f"{root}/b.txt")
+    await failing.resolve_many(abc)
+    assert await failing.resolve(abc[0]) is not None
+    with pytest.raises(PermissionError):
+        await failing.resolve(abc[1])
     assert [a["filename"] for a in failing.manifest()["artifacts"]] == ["a.txt"]
+    assert [r.filename for r in svc.store.list_artifacts("carol")] == ["a.txt"]
+    monkeypatch.setattr(svc, "inspect", real_inspect)
+
+    real_one = svc.store.create_artifact
+
+    def create_artifact(rec: Any) -> None:
+        if rec.filename == "b.txt":
+            raise StoreError("the state store failed (OperationalError)")
+        real_one(rec)
+
+    def create_artifacts(recs: Any) -> None:
+        raise StoreError("the state store failed (OperationalError)")
+
+    monkeypatch.setattr(svc.store, "create_artifact", create_artifact)
+    monkeypatch.setattr(svc.store, "create_artifacts", create_artifacts)
+    down = svc.for_response("dave", "private")
+    await down.resolve_many(abc)
+    assert svc.store.list_artifacts("dave") == []
+    assert await down.resolve(abc[0]) is not None  # one by one now, as it comes
+    with pytest.raises(StoreError):
+        await down.resolve(abc[1])
+    assert [a["filename"] for a in down.manifest()["artifacts"]] == ["a.txt"]
 
 
 # --------------------------------------------------------------------------- identity
@@ -573,3 +619,43 @@ def test_download_content_type(stored: str, sent: str) -> None:
         content_type=stored,
     )
     assert download_content_type(rec) == sent
+
+
+# --------------------------------------------------------------------------- denied names
+
+
+def _denied_reference(patterns: list[str], parts: tuple[str, ...]) -> bool:
+    """The definition, spelled out: some pattern's components fnmatch a run of
+    consecutive components, case-insensitively."""
+    low = tuple(x.lower() for x in parts)
+    for d in patterns:
+        pattern = [c.lower() for c in d.replace("\\", "/").strip("/").split("/") if c]
+        n = len(pattern)
+        for i in range(len(low) - n + 1):
+            if all(fnmatch.fnmatchcase(low[i + j], pattern[j]) for j in range(n)):
+                return True
+    return False
+
+
+_COMPONENT = st.text(alphabet="aAbB.*?[]!-_/\\é", max_size=6)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    patterns=st.lists(_COMPONENT, max_size=4),
+    parts=st.lists(st.text(alphabet="aAbB.-_[]!é*?", max_size=5), max_size=5),
+)
+def test_denied_names_is_the_definition(patterns: list[str], parts: list[str]) -> None:
+    assert DeniedNames(patterns)(tuple(parts)) == _denied_reference(patterns, tuple(parts))
+
+
+def test_denied_names_examples() -> None:
+    denied = DeniedNames([".ssh", "*.PEM", ".config/gcloud", "id_*"])
+    assert denied(("home", ".SSH", "x"))
+    assert denied(("key.pem",))
+    assert denied(("a", ".config", "gcloud", "creds.json"))
+    assert not denied(("a", ".config", "x", "gcloud"))
+    assert denied(("id_rsa",)) and not denied(("xid_rsa",))
+    assert not denied(())
+    assert DeniedNames(["/"])(())  # no component: every path, as before
+    assert not DeniedNames([])(("anything",))

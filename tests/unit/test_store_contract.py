@@ -118,6 +118,26 @@ def test_duplicate_id_and_bad_mode_are_refused(store: Store) -> None:
     assert store.get_artifact("a2") is None
 
 
+def test_create_artifacts_stores_all_or_none(store: Store) -> None:
+    """One transaction: every record, or (a duplicate id, a bad mode) none of them."""
+    store.create_artifacts([])
+    recs = [make_record(f"m{i}", created=float(i)) for i in range(5)]
+    store.create_artifacts(recs)
+    assert [store.get_artifact(r.id) for r in recs] == recs
+    assert [r.id for r in store.list_artifacts("alice")] == ["m4", "m3", "m2", "m1", "m0"]
+    with pytest.raises(ValueError):  # m2 exists: n1 is not kept either
+        store.create_artifacts([make_record("n1"), make_record("m2", owner="bob")])
+    assert store.get_artifact("n1") is None
+    assert store.get_artifact("m2") == recs[2]
+    with pytest.raises(ValueError):  # the same id twice in one batch
+        store.create_artifacts([make_record("n2"), make_record("n2")])
+    assert store.get_artifact("n2") is None
+    with pytest.raises(ValueError):  # refused before anything is written
+        store.create_artifacts([make_record("n3"), make_record("n4", link_mode="shared")])
+    assert store.get_artifact("n3") is None
+    assert len(store.list_artifacts("alice")) == 5
+
+
 def test_list_is_scoped_by_owner_and_newest_first(store: Store) -> None:
     store.create_artifact(make_record("a-old", created=1.0))
     store.create_artifact(make_record("b-1", owner="bob", created=2.0))
