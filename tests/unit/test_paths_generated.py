@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.paths import PathDetector
@@ -115,3 +115,29 @@ def test_soak_no_secret_reaches_the_client(data: st.DataObject) -> None:
     planted = data.draw(pathgen.planted_texts(max_paths=5))
     chunks = data.draw(pathgen.chunkings(planted.text, max_cuts=40))
     check_stream(planted.text, chunks, planted.secrets)
+
+
+def _is_start_prefix(det: PathDetector, buf: str, s: int, glued: bool) -> bool:
+    """The definition: the whole rest of ``buf`` from ``s`` is a prefix of a start."""
+    table = det._glued_prefix if glued else det._prefix
+    return table[buf[s]].fullmatch(buf, s) is not None
+
+
+@settings(parent=pathgen.CI_SETTINGS, max_examples=600)
+@given(pathgen.host_paths(), st.sampled_from(["", "see ", "`", "(", '"', "x"]))
+def test_the_memoised_start_head_answers_as_the_whole_match(
+    hp: pathgen.HostPath, before: str
+) -> None:
+    """``PathDetector._inside_start`` (a memoised answer for the first characters, the
+    whole match only when they are a prefix) says what matching the whole rest says,
+    at every start character and every cut of every spelling: the prefix languages
+    are prefix-closed, which the memo relies on."""
+    det = PathDetector.shared(ROOTS)
+    text = before + hp.text + " and more"
+    for glued, table in ((False, det._prefix), (True, det._glued_prefix)):
+        for s in range(len(text)):
+            if text[s] not in table:
+                continue
+            for cut in range(s + 1, min(len(text), s + det.max_start_chars) + 1):
+                buf = text[:cut]
+                assert det._inside_start(buf, s, glued) == _is_start_prefix(det, buf, s, glued)
