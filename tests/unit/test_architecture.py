@@ -31,6 +31,8 @@ SANS_IO = (
     "gateway.fronts.responses",
     "gateway.fronts.runs",
     "gateway.fronts.openwebui",
+    "gateway.chunked",
+    "gateway.h1lean",
 )
 
 

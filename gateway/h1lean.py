@@ -1,0 +1,171 @@
+"""HTTP/1.1 framing for the lean request path: a strict head parser and a response writer.
+
+Sans-IO (no trio, no sockets). The connection layer (:mod:`gateway.exchange`) serves a
+request without h11 and hypercorn's stream when :func:`parse_head` accepts its head: a
+*plain* request for one of the lean routes, whole in one read, that h11 would parse to
+the same method, path and headers. Anything else (a head split across reads, a bare LF,
+an obsolete line fold, ``Transfer-Encoding``, ``Expect``, ``Upgrade``, two
+``Content-Length`` or ``Host`` fields, a query string, a percent-encoded path, another
+HTTP version...) gets ``None`` and takes h11's way, with h11's checks and error answers:
+the lean path accepts a subset of what h11 accepts, never more.
+
+The grammar is h11's own (``h11._abnf``): a header line is ``token ":" OWS value OWS``
+where the value is runs of bytes that are neither NUL nor whitespace, separated by
+spaces or tabs. Names are lowercased and values stripped as h11 does, so the ASGI
+scope's ``headers`` are the ones hypercorn builds from h11's request.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable
+
+__all__ = [
+    "LAST_CHUNK",
+    "LeanHead",
+    "chunk",
+    "parse_head",
+    "response_head",
+]
+
+#: h11's ``header_field`` (h11/_abnf.py), compiled for bytes
+_HEADER_LINE = re.compile(
+    rb"([-!#$%&'*+.^_`|~0-9a-zA-Z]+):[ \t]*((?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?)[ \t]*"
+)
+#: header fields that the lean path leaves to h11 (framing, upgrades, expectations)
+_NOT_LEAN = frozenset((b"transfer-encoding", b"expect", b"upgrade", b"te", b"trailer"))
+#: h11 refuses a Content-Length of more digits (CONTENT_LENGTH_MAX_DIGITS)
+_MAX_LENGTH_DIGITS = 18
+_END = b"\r\n\r\n"
+
+
+class LeanHead:
+    """A request head the lean path serves (what :func:`parse_head` accepted)."""
+
+    __slots__ = ("headers", "keep_alive", "length", "method", "path", "size")
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        headers: list[tuple[bytes, bytes]],
+        length: int,
+        keep_alive: bool,
+        size: int,
+    ) -> None:
+        self.method = method
+        self.path = path
+        #: (lowercased name, stripped value), in the order received (as h11 gives them)
+        self.headers = headers
+        #: the declared body length (0 without Content-Length)
+        self.length = length
+        #: False when the client asked to close after this request (``Connection: close``)
+        self.keep_alive = keep_alive
+        #: the head's size in bytes, its blank line included
+        self.size = size
+
+
+def parse_head(
+    data: bytes, routes: Collection[tuple[bytes, bytes]], max_size: int
+) -> LeanHead | None:
+    """The head at the start of ``data`` if it is a plain, complete HTTP/1.1 request
+    for one of ``routes`` (``(method, path)``) of at most ``max_size`` bytes; else None
+    (then h11 parses it, and answers whatever is wrong with it)."""
+    end = data.find(_END, 0, max_size)
+    if end < 0:
+        return None
+    lines = data[:end].split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or parts[2] != b"HTTP/1.1" or (parts[0], parts[1]) not in routes:
+        return None
+    headers = _header_fields(lines[1:])
+    if headers is None:
+        return None
+    framing = _framing(headers)
+    if framing is None:
+        return None
+    length, keep_alive = framing
+    if length and parts[0] != b"POST":
+        return None
+    return LeanHead(
+        parts[0].decode("ascii"), parts[1].decode("ascii"), headers, length, keep_alive, end + 4
+    )
+
+
+def _header_fields(lines: list[bytes]) -> list[tuple[bytes, bytes]] | None:
+    """h11's view of the header lines, or None where one is not plain."""
+    headers = []
+    match = _HEADER_LINE.fullmatch
+    for line in lines:
+        m = match(line)
+        if m is None:
+            return None
+        name = m[1].lower()
+        if name in _NOT_LEAN:
+            return None
+        headers.append((name, m[2]))
+    return headers
+
+
+def _framing(headers: list[tuple[bytes, bytes]]) -> tuple[int, bool] | None:
+    """(declared length, keep-alive), or None where h11 should judge the fields (no
+    Host or several, several Content-Length, one that is not a plain number)."""
+    hosts = 0
+    length: int | None = None
+    keep_alive = True
+    for name, value in headers:
+        if name == b"host":
+            hosts += 1
+        elif name == b"content-length":
+            if length is not None or not value.isdigit() or len(value) > _MAX_LENGTH_DIGITS:
+                return None
+            length = int(value)
+        elif name == b"connection" and b"close" in _tokens(value):
+            keep_alive = False
+    if hosts != 1:
+        return None
+    return (length or 0), keep_alive
+
+
+def _tokens(value: bytes) -> list[bytes]:
+    """A comma-separated field's tokens, lowercased (h11's ``get_comma_header``)."""
+    return [t for t in (part.strip() for part in value.lower().split(b",")) if t]
+
+
+# --------------------------------------------------------------------------- answers
+
+#: the end of a chunked body
+LAST_CHUNK = b"0\r\n\r\n"
+
+
+def response_head(
+    status: int, headers: Iterable[tuple[bytes, bytes]], *, close: bool
+) -> tuple[bytes, bool]:
+    """The response head (the status line, then ``headers`` as given) and whether its
+    body is chunked, framed as h11 frames it: without ``Content-Length`` the body is
+    chunked and ``Transfer-Encoding: chunked`` comes last; ``close`` (the client asked
+    for it) drops the ``Connection`` fields and ends the head with ``Connection:
+    close``. A field that could split the head (CR, LF or NUL in a value, a name that
+    is not a token) raises ``ValueError``: the app's bug, never sent."""
+    out = [b"HTTP/1.1 %d \r\n" % status]
+    chunked = True
+    for name, value in headers:
+        lower = name.lower()
+        if lower == b"content-length":
+            chunked = False
+        elif lower == b"transfer-encoding" or (close and lower == b"connection"):
+            continue  # the framing is this function's
+        if not _HEADER_LINE.fullmatch(b"%s: %s" % (name, value)):
+            raise ValueError(f"response header {name!r} cannot be sent")
+        out.append(b"%s: %s\r\n" % (name, value))
+    if chunked:
+        out.append(b"Transfer-Encoding: chunked\r\n")
+    if close:
+        out.append(b"Connection: close\r\n")
+    out.append(b"\r\n")
+    return b"".join(out), chunked
+
+
+def chunk(data: bytes) -> bytes:
+    """One piece of a chunked body (``data`` not empty)."""
+    return b"%x\r\n%s\r\n" % (len(data), data)

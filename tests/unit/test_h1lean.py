@@ -1,0 +1,358 @@
+"""The lean path's HTTP/1.1 framing (gateway.h1lean) against h11, its reference.
+
+The parser may accept only what h11 accepts, and must read it as h11 does: the same
+method, target and headers (as hypercorn builds the ASGI scope from them), the same body
+length and the same keep-alive. Whatever it declines goes to h11, so declining is always
+safe; accepting something h11 refuses, or reading it differently, is the bug the
+properties below look for. The response writer must frame an answer byte for byte as
+h11 does for hypercorn.
+"""
+
+from __future__ import annotations
+
+import random
+
+import h11
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.h1lean import LAST_CHUNK, chunk, parse_head, response_head
+
+ROUTES = frozenset({(b"POST", b"/v1/chat/completions"), (b"GET", b"/health")})
+MAX = 16 * 1024
+BODY = b'{"model": "m", "messages": []}'
+
+
+def _h11_view(data: bytes) -> tuple[h11.Request, bytes] | None:
+    """What h11 reads from ``data`` as a server: the request and as much of its body as
+    ``data`` holds; None when h11 refuses the head or needs more of it."""
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX)
+    conn.receive_data(data)
+    try:
+        request = conn.next_event()
+        if not isinstance(request, h11.Request):
+            return None
+        body = b""
+        while True:
+            event = conn.next_event()
+            if isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, h11.EndOfMessage | h11.NEED_DATA):
+                return request, body
+            else:
+                return None
+    except h11.RemoteProtocolError:
+        return None
+
+
+def _keep_alive(request: h11.Request) -> bool:
+    return b"close" not in h11._headers.get_comma_header(request.headers, b"connection")
+
+
+def _agrees(data: bytes) -> None:
+    head = parse_head(data, ROUTES, MAX)
+    if head is None:
+        return  # h11's way: always allowed
+    seen = _h11_view(data)
+    assert seen is not None, f"accepted a head h11 refuses: {data!r}"
+    request, body = seen
+    assert head.method.encode() == request.method
+    assert head.path.encode() == request.target
+    assert head.headers == list(request.headers)
+    assert data[head.size : head.size + head.length] == body
+    assert head.keep_alive == _keep_alive(request)
+
+
+def _request(method: bytes, target: bytes, lines: list[bytes], body: bytes = b"") -> bytes:
+    return b"%s %s HTTP/1.1\r\n%s\r\n%s" % (
+        method,
+        target,
+        b"".join(x + b"\r\n" for x in lines),
+        body,
+    )
+
+
+def test_a_plain_chat_request_is_lean() -> None:
+    data = _request(
+        b"POST",
+        b"/v1/chat/completions",
+        [b"Host: gw", b"Authorization: Bearer k", b"Content-Length: %d" % len(BODY)],
+        BODY,
+    )
+    head = parse_head(data, ROUTES, MAX)
+    assert head is not None
+    assert (head.method, head.path, head.length, head.keep_alive) == (
+        "POST",
+        "/v1/chat/completions",
+        len(BODY),
+        True,
+    )
+    assert head.headers == [
+        (b"host", b"gw"),
+        (b"authorization", b"Bearer k"),
+        (b"content-length", b"%d" % len(BODY)),
+    ]
+    _agrees(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        _request(b"POST", b"/v1/chat/completions", [b"Host: x", b"Transfer-Encoding: chunked"]),
+        _request(
+            b"POST",
+            b"/v1/chat/completions",
+            [b"Host: x", b"Content-Length: 2", b"Content-Length: 2"],
+        ),
+        _request(b"POST", b"/v1/chat/completions", [b"Host: x", b"Content-Length: 2, 2"]),
+        _request(b"POST", b"/v1/chat/completions", [b"Host: x", b"Content-Length: +2"]),
+        _request(
+            b"POST",
+            b"/v1/chat/completions",
+            [b"Host: x", b"Expect: 100-continue", b"Content-Length: 2"],
+        ),
+        _request(b"GET", b"/health", [b"Host: x", b"Upgrade: h2c", b"Connection: Upgrade"]),
+        _request(b"GET", b"/health", [b"Host: x", b"Host: y"]),
+        _request(b"GET", b"/health", []),
+        _request(b"GET", b"/health", [b"Host: x", b" folded"]),
+        _request(b"GET", b"/health", [b"Host : x"]),
+        _request(b"GET", b"/health", [b"Host: x\x00y"]),
+        _request(b"GET", b"/health", [b"Host: x", b"Content-Length: 1"], b"x"),
+        _request(b"GET", b"/health?x=1", [b"Host: x"]),
+        _request(b"GET", b"/%68ealth", [b"Host: x"]),
+        _request(b"HEAD", b"/health", [b"Host: x"]),
+        _request(b"PUT", b"/v1/chat/completions", [b"Host: x"]),
+        b"GET /health HTTP/1.0\r\nHost: x\r\n\r\n",
+        b"GET /health HTTP/1.1\nHost: x\n\n",
+        b"GET /health HTTP/1.1\r\nHost: x\n\r\n",
+        b"GET /health HTTP/1.1\r\nHost: x\r\n",  # incomplete
+        b"GET  /health HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+        _request(b"GET", b"/health", [b"Host: x", b"X-Big: " + b"a" * MAX]),
+    ],
+)
+def test_what_the_lean_path_leaves_to_h11(data: bytes) -> None:
+    assert parse_head(data, ROUTES, MAX) is None
+
+
+def test_connection_close_in_any_spelling() -> None:
+    for value in (b"close", b"Close", b"keep-alive, CLOSE", b" ,close,"):
+        data = _request(b"GET", b"/health", [b"Host: x", b"Connection: " + value])
+        head = parse_head(data, ROUTES, MAX)
+        assert head is not None and not head.keep_alive, value
+        _agrees(data)
+
+
+def test_a_head_cut_anywhere_is_not_lean() -> None:
+    data = _request(b"POST", b"/v1/chat/completions", [b"Host: x", b"Content-Length: 30"], BODY)
+    end = data.index(b"\r\n\r\n") + 4
+    for cut in range(end):
+        assert parse_head(data[:cut], ROUTES, MAX) is None
+    for cut in range(end, len(data) + 1):
+        head = parse_head(data[:cut], ROUTES, MAX)
+        assert head is not None and head.size == end
+
+
+# -- properties: generated heads, built from the pieces that trip parsers up
+
+_NAMES = [
+    b"Host",
+    b"host",
+    b"Content-Length",
+    b"Connection",
+    b"Authorization",
+    b"X-A",
+    b"Transfer-Encoding",
+    b"Expect",
+    b"Upgrade",
+    b"TE",
+    b"X\x7fB",
+    b"X B",
+    b"",
+    b"X:Y",
+]
+_VALUES = [
+    b"",
+    b"x",
+    b"0",
+    b"7",
+    b"30",
+    b"007",
+    b"2, 2",
+    b"-1",
+    b"close",
+    b"keep-alive",
+    b"chunked",
+    b"a b",
+    b"a\tb",
+    b" x ",
+    b"\tx",
+    b"x\x0b",
+    b"x\x00",
+    b"\x80\xff",
+    b"x\ry",
+    b"x\ny",
+    b'"q"',
+]
+_SEPS = [b":", b": ", b":\t", b" :", b": \t "]
+_LINE_ENDS = [b"\r\n", b"\r\n", b"\r\n", b"\n", b"\r"]
+
+
+_GOOD = [
+    b"Authorization: Bearer k",
+    b"Content-Type: application/json",
+    b"Connection: close",
+    b"Connection: keep-alive",
+    b"X-A: a b",
+    b"X-B:\tv\t",
+    b"X-C:",
+    b"Accept: */*",
+]
+
+
+def _weird_line(draw: st.DrawFn) -> bytes:
+    fold = draw(st.sampled_from([b"", b"", b" ", b"\t"]))
+    name = draw(st.sampled_from(_NAMES))
+    return fold + name + draw(st.sampled_from(_SEPS)) + draw(st.sampled_from(_VALUES))
+
+
+@st.composite
+def heads(draw: st.DrawFn) -> bytes:
+    """Mostly plain requests (so that the lean path takes many), each piece now and then
+    swapped for one that trips parsers up."""
+
+    def odd() -> bool:
+        return draw(st.integers(0, 9)) == 0
+
+    method = draw(st.sampled_from([b"HEAD", b"PUT", b"get"])) if odd() else b"POST"
+    target = b"/v1/chat/completions"
+    if odd():
+        target = draw(st.sampled_from([b"/health", b"/health?a", b"/v1/chat/completions/", b"*"]))
+    version = (
+        draw(st.sampled_from([b"HTTP/1.0", b"HTTP/2.0", b"http/1.1"])) if odd() else b"HTTP/1.1"
+    )
+    body = draw(st.sampled_from([BODY, b"", BODY[:7]]))
+    lines = [b"Host: gw"] if not odd() else []
+    lines.append(b"Content-Length: %d" % len(BODY) if not odd() else _weird_line(draw))
+    for _ in range(draw(st.integers(0, 4))):
+        lines.append(_weird_line(draw) if odd() else draw(st.sampled_from(_GOOD)))
+    lines = draw(st.permutations(lines))
+    ends = [draw(st.sampled_from(_LINE_ENDS)) if odd() else b"\r\n" for _ in range(len(lines) + 2)]
+    out = [b"%s %s %s" % (method, target, version), ends[0]]
+    for line, end in zip(lines, ends[1:], strict=False):
+        out += [line, end]
+    out += [ends[-1], body]
+    if odd():
+        out.append(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    return b"".join(out)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(heads())
+def test_generated_heads_read_as_h11_reads_them(data: bytes) -> None:
+    _agrees(data)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.binary(max_size=200))
+def test_random_bytes_after_a_request_line(tail: bytes) -> None:
+    _agrees(b"POST /v1/chat/completions HTTP/1.1\r\n" + tail)
+
+
+def test_seeded_mutations_of_a_real_request() -> None:
+    base = _request(
+        b"POST",
+        b"/v1/chat/completions",
+        [
+            b"Host: gw",
+            b"Authorization: Bearer k",
+            b"Content-Type: application/json",
+            b"Content-Length: %d" % len(BODY),
+        ],
+        BODY,
+    )
+    rng = random.Random(1404)
+    alphabet = b" \t\r\n:\x00,;\x0bAa0\x80"
+    for _ in range(4000):
+        data = bytearray(base)
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randrange(len(data))
+            what = rng.randrange(3)
+            if what == 0:
+                data[at] = rng.choice(alphabet)
+            elif what == 1:
+                data.insert(at, rng.choice(alphabet))
+            else:
+                del data[at]
+        _agrees(bytes(data))
+
+
+# -- answers
+
+
+def _h11_answer(
+    status: int, headers: list[tuple[bytes, bytes]], body: list[bytes], close: bool
+) -> bytes:
+    conn = h11.Connection(h11.SERVER)
+    close_line = [b"Connection: close"] if close else []
+    conn.receive_data(_request(b"GET", b"/health", [b"Host: x", *close_line]))
+    conn.next_event()
+    conn.next_event()
+    out = conn.send(h11.Response(status_code=status, headers=headers))
+    for piece in body:
+        out += conn.send(h11.Data(data=piece))
+    return out + conn.send(h11.EndOfMessage())
+
+
+DATE = [(b"date", b"Thu, 03 Dec 2026 09:44:06 GMT")]
+
+
+@pytest.mark.parametrize("close", [False, True])
+@pytest.mark.parametrize(
+    ("headers", "body"),
+    [
+        (
+            [
+                (b"content-type", b"text/event-stream; charset=utf-8"),
+                (b"cache-control", b"no-cache"),
+            ],
+            [b"data: 1\n\n", b"data: [DONE]\n\n"],
+        ),
+        ([(b"content-type", b"application/json"), (b"content-length", b"2")], [b"{}"]),
+        ([(b"www-authenticate", b'Bearer realm="x"'), (b"content-length", b"0")], []),
+        ([(b"content-type", b"text/plain")], []),
+        (
+            [
+                (b"content-type", b"application/json"),
+                (b"content-length", b"2"),
+                (b"connection", b"close"),
+            ],
+            [b"{}"],
+        ),
+        ([(b"connection", b"keep-alive"), (b"content-length", b"0")], []),
+    ],
+)
+def test_answers_are_framed_as_h11_frames_them(
+    headers: list[tuple[bytes, bytes]], body: list[bytes], close: bool
+) -> None:
+    head, chunked = response_head(200, [*headers, *DATE], close=close)
+    ours = head + b"".join(chunk(b) if chunked else b for b in body if b)
+    if chunked:
+        ours += LAST_CHUNK
+    assert ours == _h11_answer(200, [*headers, *DATE], body, close)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        (b"x-a", b"1\r\nSet-Cookie: y"),
+        (b"x-a", b"1\n"),
+        (b"x-a", b"\x00"),
+        (b"x a", b"1"),
+        (b"", b"1"),
+    ],
+)
+def test_a_header_that_would_split_the_answer_is_never_sent(header: tuple[bytes, bytes]) -> None:
+    with pytest.raises(ValueError, match="cannot be sent"):
+        response_head(200, [header, *DATE], close=False)
