@@ -78,18 +78,14 @@ from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import parse_socket_addr
 
+from gateway.exchange import DISCARD_LIMIT, DISCONNECT_KEY, WRITES_KEY, Disconnect, LeanExchange
+from gateway.h1lean import parse_head
 from gateway.handoff import Handoff
 from gateway.streamclock import clock
 
 log = logging.getLogger("gateway.connections")
 
 POLICY_ATTR = "gateway_connection_policy"
-#: the scope key of the connection whose writes an app may join (GatewayTCPServer.cork)
-WRITES_KEY = "gateway.writes"
-#: the scope key of the request's :class:`Disconnect` (set by GatewayTaskGroup)
-DISCONNECT_KEY = "gateway.disconnect"
-#: a refused request whose declared body is at most this is read and dropped (keep-alive)
-DISCARD_LIMIT = 64 * 1024
 #: the most pieces a request body may arrive in (chunks of ``Transfer-Encoding: chunked``):
 #: each costs ~25 µs to parse, so 200,000 one-byte chunks cost 5 s of CPU (a red-team
 #: pass); an upload that streams 1 KiB chunks may still send 16 MiB
@@ -171,11 +167,16 @@ class ConnectionPolicy:
     header_timeout: float = 10.0
     max_connections: int = 16384
     write_bounds: WriteBounds | None = None
+    #: ``(method, path)`` served on the lean path when a plain head asks for them
+    #: (:mod:`gateway.exchange`); empty: every request takes h11's way
+    lean_routes: frozenset[tuple[bytes, bytes]] = frozenset()
     open: int = 0
     refusing: int = 0
     refused: int = 0
     timed_out: int = 0
     contained: int = 0
+    #: requests served on the lean path (gateway.exchange)
+    lean: int = 0
     _warn_refused: _RateLimited = field(default_factory=_RateLimited, repr=False)
     _warn_failed: _RateLimited = field(default_factory=_RateLimited, repr=False)
     _warn_timeout: _RateLimited = field(default_factory=_RateLimited, repr=False)
@@ -235,30 +236,6 @@ OVERLOADED = canned_response(
 
 
 # --------------------------------------------------------------------------- app tasks
-
-
-class Disconnect:
-    """The moment the client of one request is gone, as a callback: an app that needs
-    to stop when that happens registers one (``scope[DISCONNECT_KEY].on(cancel)``)
-    instead of keeping a task blocked on ``receive()`` for the ``http.disconnect``."""
-
-    __slots__ = ("_callback", "happened")
-
-    def __init__(self) -> None:
-        self.happened = False
-        self._callback: Callable[[], object] | None = None
-
-    def on(self, callback: Callable[[], object] | None) -> None:
-        """Call ``callback`` when the client leaves (at once if it has); None: forget it."""
-        self._callback = callback
-        if callback is not None and self.happened:
-            self.set()
-
-    def set(self) -> None:
-        self.happened = True
-        callback, self._callback = self._callback, None
-        if callback is not None:
-            callback()
 
 
 class GatewayTaskGroup(TaskGroup):
@@ -563,6 +540,8 @@ class GatewayTCPServer(TCPServer):
     _read_scope: trio.CancelScope | None = None
     _aborted = False
     _idle_until = math.inf
+    #: the request being served on the lean path (gateway.exchange), if any
+    _exchange: LeanExchange | None = None
 
     async def run(self) -> None:
         policy = policy_of(self.config)
@@ -659,6 +638,9 @@ class GatewayTCPServer(TCPServer):
         if proto is None:
             return math.inf
         timeout = self._policy.header_timeout
+        exchange = self._exchange
+        if exchange is not None:  # h11 is idle: the lean request's body is what may come
+            return trio.current_time() + timeout if exchange.receiving else math.inf
         if proto.awaiting_head:
             if self._head_started is None:
                 return self._idle_until
@@ -702,6 +684,14 @@ class GatewayTCPServer(TCPServer):
                 continue
             if proto.ignore_input and data:
                 continue
+            if self._exchange is not None or self._policy.lean_routes:
+                if data:
+                    rest = await self._serve_lean(proto, bytes(data))
+                    if rest is None:
+                        continue
+                    data = rest
+                elif self._exchange is not None:
+                    self._exchange.client_left()
             if data and self._head_started is None and proto.awaiting_head:
                 self._head_started = trio.current_time()
             try:
@@ -715,9 +705,74 @@ class GatewayTCPServer(TCPServer):
                 break
         await proto.handle(Closed())
 
+    # The lean path (gateway.exchange): a plain head for a lean route, whole in one read
+    # at a request boundary, is served without h11 (which stays IDLE) and hypercorn's
+    # stream; anything else is fed to h11 as before. What the client sends after the
+    # body waits, unread, until the answer is over (h11 pauses the same way).
+
+    async def _serve_lean(self, proto: GatewayH11Protocol, data: bytes) -> bytes | None:
+        """Serve what ``data`` holds on the lean path; return what h11 must read (None:
+        nothing)."""
+        exchange = self._exchange
+        if exchange is not None:
+            data = await exchange.feed(data)
+            if not data:
+                return None
+            await exchange.finished.wait()
+        routes = self._policy.lean_routes
+        while data:
+            if proto.stop_reading or self._lingering:
+                return None  # closing: what the client still sends is dropped
+            if not routes or not proto.awaiting_head or proto.connection.trailing_data[0]:
+                return data
+            head = parse_head(data, routes, self.config.h11_max_incomplete_size)
+            if head is None:
+                return data
+            exchange = LeanExchange(self, head)
+            self._exchange = exchange
+            self._policy.lean += 1
+            self._head_started = None
+            self._idle_set(False)
+            await self.context.mark_request()
+            assert self._task_group._nursery is not None
+            self._task_group._nursery.start_soon(exchange.run, self.app)
+            data = await exchange.feed(data[head.size :])
+            if not data:
+                return None
+            await exchange.finished.wait()
+        return None
+
+    def recycle(self, exchange: LeanExchange) -> None:
+        """A lean request is over and the connection stays: idle until the next head."""
+        if self._exchange is exchange:
+            self._exchange = None
+        self._idle_set(True)
+
+    async def close_exchange(self, exchange: LeanExchange) -> None:
+        """A lean request is over and the connection closes (FIN, then linger)."""
+        if self._exchange is exchange:
+            self._exchange = None
+        await self._close()
+
+    async def write(self, data: bytes) -> None:
+        """Write an answer's bytes (joined while corked)."""
+        if self._corked is not None:
+            self._corked.append(data)
+            return
+        await self._send_raw(data)
+
+    async def _lost(self) -> None:
+        """A write failed: the connection is gone."""
+        if self._exchange is not None:
+            self._exchange.lost = True
+            self._exchange.client_left()
+        await self.protocol.handle(Closed())
+
     def _idle_over(self, proto: GatewayH11Protocol) -> bool:
         """The deadline that fired is the idle one (keep-alive over, or the server
         stops) rather than a slow head's: the connection closes without a word."""
+        if self._exchange is not None:
+            return False
         if not proto.awaiting_head or trio.current_time() < self._idle_until:
             return False
         head = self._head_started
@@ -726,7 +781,10 @@ class GatewayTCPServer(TCPServer):
     async def _read_timed_out(self, proto: GatewayH11Protocol) -> None:
         policy = self._policy
         policy.timed_out += 1
-        if proto.awaiting_head:
+        exchange = self._exchange
+        if exchange is not None:
+            what = "a request body"
+        elif proto.awaiting_head:
             what = "a request head"
         elif proto.receiving_body:
             what = "a request body"
@@ -739,14 +797,19 @@ class GatewayTCPServer(TCPServer):
             what,
             policy.header_timeout,
         )
-        got_bytes = not proto.awaiting_head or bool(proto.connection.trailing_data[0])
-        if not proto.response_started and got_bytes:
+        head = exchange is None and proto.awaiting_head
+        got_bytes = not head or bool(proto.connection.trailing_data[0])
+        started = exchange.started if exchange is not None else proto.response_started
+        if not started and got_bytes:
             message = (
-                f"The request {'head' if proto.awaiting_head else 'body'} did not arrive "
+                f"The request {'head' if head else 'body'} did not arrive "
                 f"within {policy.header_timeout:g} s."
             )
             await self._write_canned(canned_response(408, "request_timeout", message))
         proto.closing = True
+        if exchange is not None:
+            exchange.lost = True
+            exchange.client_left()
 
     async def _write_canned(self, data: bytes) -> None:
         """Write a complete response the protocol did not produce (bounded: 1 s)."""
@@ -811,14 +874,14 @@ class GatewayTCPServer(TCPServer):
         elif held is not None:
             self._corked = []
         if held:
-            await self._send_raw(RawData(data=held[0] if len(held) == 1 else b"".join(held)))
+            await self._send_raw(held[0] if len(held) == 1 else b"".join(held))
 
     async def protocol_send(self, event: Event) -> None:
         if isinstance(event, RawData):
             if self._corked is not None:
                 self._corked.append(event.data)
                 return
-            await self._send_raw(event)
+            await self._send_raw(event.data)
             return
         if self._corked:
             await self.flush()
@@ -834,8 +897,7 @@ class GatewayTCPServer(TCPServer):
                 return
         await super().protocol_send(event)
 
-    async def _send_raw(self, event: RawData) -> None:
-        data: bytes | memoryview = event.data
+    async def _send_raw(self, data: bytes | memoryview) -> None:
         if not self.send_lock.locked():
             # the common case, a write the socket takes whole at once: one send(2), no
             # lock, no cancel scopes, no scheduler round trip (nothing can block)
@@ -848,7 +910,7 @@ class GatewayTCPServer(TCPServer):
                 except BlockingIOError:
                     sent = 0
                 except OSError:
-                    await self.protocol.handle(Closed())
+                    await self._lost()
                     return
                 if sent == len(data):
                     return
@@ -869,7 +931,7 @@ class GatewayTCPServer(TCPServer):
                             await self.stream.send_all(data)
                         timed_out = cs.cancelled_caught
             except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
-                await self.protocol.handle(Closed())
+                await self._lost()
                 return
             if timed_out:
                 assert bounds is not None
@@ -881,7 +943,7 @@ class GatewayTCPServer(TCPServer):
                     log.warning("closing a connection whose client stopped reading")
                 await trio.aclose_forcefully(self.stream)
         if timed_out:
-            await self.protocol.handle(Closed())
+            await self._lost()
 
     async def _close(self, final: bool = False) -> None:
         """Begin closing: FIN once a write under way has finished, then the reader reads

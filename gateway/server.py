@@ -141,6 +141,11 @@ async def serve_app(
                 max_connections=max_connections,
                 write_bounds=write_bounds,
             )
+        if not cfg.server_names:  # hypercorn answers a wrong Host 404 only on its way
+            policy.lean_routes = frozenset(
+                (method.encode("ascii"), path.encode("ascii"))
+                for method, path in getattr(app, "lean_routes", {})
+            )
         setattr(cfg, connections.POLICY_ATTR, policy)
     with tagged(app_tag(app)):  # every task of this server logs under the app's name
         await serve(app, cfg, shutdown_trigger=shutdown_trigger, task_status=task_status)

@@ -28,9 +28,9 @@ def record_writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     writes: list[bytes] = []
     original = GatewayTCPServer._send_raw
 
-    async def recording(self: GatewayTCPServer, event: Any) -> None:
-        writes.append(bytes(event.data))
-        await original(self, event)
+    async def recording(self: GatewayTCPServer, data: Any) -> None:
+        writes.append(bytes(data))
+        await original(self, data)
 
     monkeypatch.setattr(GatewayTCPServer, "_send_raw", recording)
     return writes

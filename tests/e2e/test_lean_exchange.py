@@ -1,0 +1,214 @@
+"""The lean request path (gateway.exchange) against h11's way, over raw sockets.
+
+A real hypercorn (``serve_app``) serves a small app with lean routes: a JSON echo that
+reads its body, one that answers before reading it, and an SSE stream. Every case runs
+twice, once with the lean path on and once with it off (``policy.lean_routes`` empty:
+every request takes h11's way, as before the lean path existed), and what the client
+sees must be the same: statuses, headers (but ``Date``), bodies and how the connection
+ends. The lean counter proves which way was taken.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
+
+import pytest
+import trio
+
+from gateway.connections import ConnectionPolicy
+from gateway.lean import Incoming, JSONReply, Reply, StreamReply, lean_route
+from gateway.server import serve_app
+from gateway.web import ChannelBody, ServiceApp, install_common
+from tests.e2e.hostile import Case, Outcome, run_case
+
+BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+
+
+class _State:
+    def __init__(self) -> None:
+        self.cancelled = 0
+        self.streams = 0
+
+
+async def _echo(state: _State, req: Incoming) -> Reply:
+    return JSONReply({"got": await req.json(max_depth=8)})
+
+
+async def _refuse(state: _State, req: Incoming) -> Reply:
+    return JSONReply({"error": "no"}, status=401)
+
+
+async def _stream(state: _State, req: Incoming) -> Reply:
+    n = int((await req.json(max_depth=8)).get("n", 3))
+
+    @asynccontextmanager
+    async def events() -> AsyncIterator[AsyncIterator[bytes]]:
+        async def gen() -> AsyncIterator[bytes]:
+            state.streams += 1
+            try:
+                for i in range(n):
+                    yield b"data: %d\n\n" % i
+                    await trio.sleep(0.001 if n < 100 else 10)
+                yield b"data: [DONE]\n\n"
+            except trio.Cancelled:
+                state.cancelled += 1
+                raise
+
+        yield gen()
+
+    return StreamReply(ChannelBody(events()))
+
+
+def lean_app() -> ServiceApp:
+    app = ServiceApp("lean")
+    install_common(app, 1 << 20, "test server")
+    app.gateway = _State()  # type: ignore[attr-defined]
+    app.lean_routes = {
+        ("POST", "/echo"): lean_route("echo", _echo),
+        ("POST", "/refuse"): lean_route("refuse", _refuse),
+        ("POST", "/stream"): lean_route("stream", _stream),
+        ("GET", "/health"): lean_route("health", lambda s, r: _health()),
+    }
+
+    @app.get("/other")
+    async def other() -> str:
+        return "quart"
+
+    return app
+
+
+async def _health() -> Reply:
+    return JSONReply({"status": "ok"})
+
+
+async def _serve(nursery: trio.Nursery, lean: bool) -> tuple[int, ConnectionPolicy, ServiceApp]:
+    app = lean_app()
+    policy = ConnectionPolicy(header_timeout=1.0)
+    urls: list[str] = await nursery.start(
+        partial(serve_app, app, "127.0.0.1:0", shutdown_trigger=trio.sleep_forever, policy=policy)
+    )
+    if not lean:
+        policy.lean_routes = frozenset()
+    return int(urls[0].rsplit(":", 1)[1]), policy, app
+
+
+def _req(path: str, body: bytes = b"", *headers: str, method: str = "POST") -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: h", *headers]
+    if method == "POST":
+        lines.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def _get(path: str, *headers: str) -> bytes:
+    return _req(path, b"", *headers, method="GET")
+
+
+def _seen(o: Outcome) -> tuple[Any, ...]:
+    answers = [
+        (r.status, sorted((k, v) for k, v in r.headers.items() if k != "date"), r.body)
+        for r in o.responses
+    ]
+    return answers, o.end
+
+
+CHAT = _req("/echo", BODY)
+STREAM = _req("/stream", b'{"n": 3}')
+#: name -> (what the client sends, run_case's options, the statuses it must get)
+CASES: dict[str, tuple[list[bytes], dict[str, Any], list[int]]] = {
+    "one": ([CHAT], {}, [200]),
+    "stream": ([STREAM], {}, [200]),
+    "two kept alive": (
+        [CHAT + _get("/health") + _get("/health", "Connection: close")],
+        {},
+        [200, 200, 200],
+    ),
+    "pipelined streams": (
+        [STREAM + STREAM + _req("/echo", BODY, "Connection: close")],
+        {},
+        [200, 200, 200],
+    ),
+    "connection close": ([_req("/echo", BODY, "Connection: close")], {}, [200]),
+    "body in a later write": (
+        [CHAT[: CHAT.index(b"\r\n\r\n") + 4], CHAT[CHAT.index(b"\r\n\r\n") + 4 :]],
+        {"pause": 0.05},
+        [200],
+    ),
+    "body in pieces": ([CHAT[:-20], CHAT[-20:-5], CHAT[-5:]], {"pause": 0.02}, [200]),
+    "head split": ([CHAT[:10], CHAT[10:]], {"pause": 0.05}, [200]),
+    "refused, small body owed": (
+        [_req("/refuse", b"x" * 5000)[:-4000], b"x" * 4000 + _get("/health", "Connection: close")],
+        {"pause": 0.05},
+        [401, 200],
+    ),
+    "refused, large body owed": ([_req("/refuse", b"x" * 100_000)[:-99_000]], {}, [401]),
+    "not JSON": ([_req("/echo", b"{nope") + _get("/health", "Connection: close")], {}, [400, 200]),
+    "empty body": ([_req("/echo") + _get("/health", "Connection: close")], {}, [400, 200]),
+    "then quart": ([CHAT + _get("/other", "Connection: close")], {}, [200, 200]),
+    "half-closed after the request": ([_get("/health")], {"finish": "shut_wr"}, [200]),
+    "stalled body": ([CHAT[:-5]], {"read_timeout": 4.0}, [408]),
+}
+
+
+async def _run(port: int, parts: list[bytes], kw: dict[str, Any]) -> Outcome:
+    kw = {"read_timeout": 1.0, **kw}
+    return await trio.to_thread.run_sync(partial(run_case, Case("lean", "t", parts, **kw), port))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+async def test_lean_and_h11_answer_alike(nursery: trio.Nursery, name: str) -> None:
+    parts, kw, statuses = CASES[name]
+    lean_port, lean_policy, _ = await _serve(nursery, lean=True)
+    h11_port, h11_policy, _ = await _serve(nursery, lean=False)
+    lean = await _run(lean_port, parts, kw)
+    old = await _run(h11_port, parts, kw)
+    assert lean.statuses == statuses, lean.raw
+    assert _seen(lean) == _seen(old)
+    assert h11_policy.lean == 0
+    if name != "head split":
+        assert lean_policy.lean >= 1
+
+
+async def test_every_split_of_a_request_is_answered_alike(nursery: trio.Nursery) -> None:
+    port, policy, _ = await _serve(nursery, lean=True)
+    whole = await _run(port, [STREAM], {})
+    data = STREAM + _get("/health", "Connection: close")
+    cuts = range(1, len(data))
+    outcomes = await trio.to_thread.run_sync(
+        lambda: [run_case(Case("s", "t", [data[:c], data[c:]], pause=0.002), port) for c in cuts]
+    )
+    for cut, o in zip(cuts, outcomes, strict=True):
+        assert o.statuses == [200, 200], (cut, o.raw)
+        assert o.responses[0].body == whole.responses[0].body, cut
+        assert o.end == "eof"
+    assert policy.lean >= len(data) - STREAM.index(b"\r\n\r\n")
+
+
+async def test_a_client_leaving_mid_stream_cancels_the_request(nursery: trio.Nursery) -> None:
+    port, policy, app = await _serve(nursery, lean=True)
+    state: _State = app.gateway  # type: ignore[attr-defined]
+    sock = trio.socket.socket()
+    await sock.connect(("127.0.0.1", port))
+    await sock.send(_req("/stream", b'{"n": 1000}'))
+    got = await sock.recv(65536)
+    assert got.startswith(b"HTTP/1.1 200 ")
+    sock.close()
+    with trio.fail_after(5):
+        while state.cancelled == 0:  # noqa: ASYNC110
+            await trio.sleep(0.01)
+    assert policy.lean == 1
+    with trio.fail_after(5):
+        while policy.open:  # noqa: ASYNC110
+            await trio.sleep(0.01)
+
+
+async def test_keep_alive_max_requests_closes_the_last_answer(nursery: trio.Nursery) -> None:
+    port, policy, _ = await _serve(nursery, lean=True)
+    n = 1000  # hypercorn's keep_alive_max_requests
+    o = await _run(port, [_get("/health") * n], {"read_timeout": 20.0})
+    assert o.statuses == [200] * n
+    assert [r.closes for r in o.responses] == [False] * (n - 1) + [True]
+    assert o.end == "eof" and policy.lean == n
