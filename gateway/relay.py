@@ -185,7 +185,9 @@ class Relay(Generic[In, Ev, Out]):
     ) -> bool:
         assert self._nursery is not None and self._nursery_cm is not None
         try:
-            self._nursery.cancel_scope.cancel()  # the consumer is done: abandon the rest
+            if not self._out.send_closed:  # the producer has more: abandon it (trio's
+                # cancel formats the current task's repr for its reason: not for nothing)
+                self._nursery.cancel_scope.cancel()
             try:
                 return bool(await self._nursery_cm.__aexit__(exc_type, exc, tb))
             except BaseExceptionGroup as eg:
