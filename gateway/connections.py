@@ -78,7 +78,14 @@ from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import parse_socket_addr
 
-from gateway.exchange import DISCARD_LIMIT, DISCONNECT_KEY, WRITES_KEY, Disconnect, LeanExchange
+from gateway.exchange import (
+    BODY_KEY,
+    DISCARD_LIMIT,
+    DISCONNECT_KEY,
+    WRITES_KEY,
+    Disconnect,
+    LeanExchange,
+)
 from gateway.h1lean import parse_head
 from gateway.handoff import Handoff
 from gateway.streamclock import clock
@@ -728,7 +735,8 @@ class GatewayTCPServer(TCPServer):
             head = parse_head(data, routes, self.config.h11_max_incomplete_size)
             if head is None:
                 return data
-            exchange = LeanExchange(self, head)
+            end = head.size + head.length
+            exchange = LeanExchange(self, head, data[head.size : end])
             self._exchange = exchange
             self._policy.lean += 1
             self._head_started = None
@@ -736,7 +744,7 @@ class GatewayTCPServer(TCPServer):
             await self.context.mark_request()
             assert self._task_group._nursery is not None
             self._task_group._nursery.start_soon(exchange.run, self.app)
-            data = await exchange.feed(data[head.size :])
+            data = data[end:]  # a request after this one (none when its body is owed)
             if not data:
                 return None
             await exchange.finished.wait()
@@ -1140,6 +1148,7 @@ def log_fd_limit(limit: FdLimit, max_connections: int) -> None:
 
 
 __all__ = [
+    "BODY_KEY",
     "DISCARD_LIMIT",
     "DISCONNECT_KEY",
     "LINGER_SECONDS",

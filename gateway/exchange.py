@@ -34,7 +34,14 @@ import trio
 from gateway.h1lean import LAST_CHUNK, LeanHead, chunk, response_head
 from gateway.handoff import Handoff
 
-__all__ = ["DISCARD_LIMIT", "DISCONNECT_KEY", "WRITES_KEY", "Disconnect", "LeanExchange"]
+__all__ = [
+    "BODY_KEY",
+    "DISCARD_LIMIT",
+    "DISCONNECT_KEY",
+    "WRITES_KEY",
+    "Disconnect",
+    "LeanExchange",
+]
 
 log = logging.getLogger("gateway.connections")
 
@@ -42,6 +49,10 @@ log = logging.getLogger("gateway.connections")
 WRITES_KEY = "gateway.writes"
 #: the scope key of the request's :class:`Disconnect`
 DISCONNECT_KEY = "gateway.disconnect"
+#: the scope key of the request's whole body when it came with the head (the lean path):
+#: a handler takes it as it is, without waiting on ``receive`` (the same bytes are
+#: queued as the ``http.request`` message for anyone who asks)
+BODY_KEY = "gateway.body"
 #: a refused request whose declared body is at most this is read and dropped (keep-alive)
 DISCARD_LIMIT = 64 * 1024
 
@@ -95,7 +106,7 @@ class LeanExchange:
     ``config``, ``context`` and the connection's ``protocol`` (client, server, state).
     """
 
-    def __init__(self, server: Any, head: LeanHead) -> None:
+    def __init__(self, server: Any, head: LeanHead, first: bytes) -> None:
         self.server = server
         proto = server.protocol
         config = server.config
@@ -131,8 +142,13 @@ class LeanExchange:
             DISCONNECT_KEY: self.gone,
             WRITES_KEY: server,
         }
-        if not head.length:
-            self.queue.send_nowait({"type": "http.request", "body": b"", "more_body": False})
+        # ``first``: the body's bytes that came with the head (the queue is empty: no wait)
+        self.body_left -= len(first)
+        if not self.body_left:
+            self.scope[BODY_KEY] = first
+        if first or not self.body_left:
+            more = self.body_left > 0
+            self.queue.send_nowait({"type": "http.request", "body": first, "more_body": more})
 
     # -- the reader's side
 
@@ -193,8 +209,9 @@ class LeanExchange:
         except Exception:
             log.exception("unhandled error in the app")
         finally:
-            with trio.CancelScope(shield=True):
-                await self._finish()
+            if not self._recycled_now():
+                with trio.CancelScope(shield=True):
+                    await self._finish()
 
     async def send(self, message: Any) -> None:
         """The app's ASGI ``send``: frame the answer (h11's framing) and write it."""
@@ -230,6 +247,24 @@ class LeanExchange:
                 await self.server.write(data)
         else:
             raise RuntimeError(f"unexpected ASGI message {kind!r} in state {self.state}")
+
+    def _recycled_now(self) -> bool:
+        """The common end, with nothing to wait for: a whole answer, nothing owed, the
+        connection kept. Recycled here without a shielded scope (False: not that)."""
+        if (
+            self.state != _DONE
+            or self.lost
+            or self.gone.happened
+            or self.body_left
+            or self.close_after
+            or self.server.context.terminated.is_set()
+        ):
+            return False
+        self.queue.close_receive()
+        self._app_done = True
+        self.server.recycle(self)
+        self.finished.set()
+        return True
 
     async def _finish(self) -> None:
         self.queue.close_receive()

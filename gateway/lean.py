@@ -38,7 +38,7 @@ from typing import Any
 
 import trio
 
-from gateway.connections import DISCONNECT_KEY, Disconnect
+from gateway.connections import BODY_KEY, DISCONNECT_KEY, Disconnect
 from gateway.errors import GatewayError, RequestError
 from gateway.web import (
     ChannelBody,
@@ -97,23 +97,29 @@ class Incoming:
 
 
 class ScopeHeaders:
-    """Case-insensitive ``get``/``getlist`` over ASGI headers (latin-1, as werkzeug's)."""
+    """Case-insensitive ``get``/``getlist`` over ASGI headers (latin-1, as werkzeug's);
+    indexed by name on the first look-up (a request looks up half a dozen)."""
 
-    __slots__ = ("_raw",)
+    __slots__ = ("_index", "_raw")
 
     def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
         self._raw = raw
+        self._index: dict[bytes, list[bytes]] | None = None
+
+    def _values(self, key: str) -> list[bytes]:
+        index = self._index
+        if index is None:
+            index = self._index = {}
+            for name, value in self._raw:
+                index.setdefault(name.lower(), []).append(value)
+        return index.get(key.lower().encode("latin-1"), [])
 
     def getlist(self, key: str, /) -> list[str]:
-        k = key.lower().encode("latin-1")
-        return [v.decode("latin-1") for n, v in self._raw if n.lower() == k]
+        return [v.decode("latin-1") for v in self._values(key)]
 
     def get(self, key: str, default: str | None = None, /) -> str | None:
-        k = key.lower().encode("latin-1")
-        for n, v in self._raw:
-            if n.lower() == k:
-                return v.decode("latin-1")
-        return default
+        values = self._values(key)
+        return values[0].decode("latin-1") if values else default
 
 
 class _Gone(Exception):
@@ -136,7 +142,13 @@ class LeanRequest(Incoming):
 
     async def body(self) -> bytes:
         if self._body is None:
-            self._body = await self._read_body()
+            whole: bytes | None = self.scope.get(BODY_KEY)
+            if whole is None:
+                self._body = await self._read_body()
+            elif len(whole) > self.max_body_bytes:
+                raise self._too_large()
+            else:
+                self._body = whole  # it came with the head: no wait, no timer
             self.watch()
         return self._body
 
