@@ -165,6 +165,8 @@ class Relay(Generic[In, Ev, Out]):
         self._got_data = False
         self._terminated = False
         self._timer: TimerHandle | None = None
+        #: set once the producer has done what it could without waiting (first_step)
+        self._begun: trio.Event | None = trio.Event()
         self.outcome: Outcome | None = None
 
     # -- context manager (runs in the consuming task) ------------------------------
@@ -232,6 +234,20 @@ class Relay(Generic[In, Ev, Out]):
                 return first
             joined: Out = self._opts.join(parts)
             return joined
+
+    async def first_step(self) -> None:
+        """Wait until the producer has done what it could without waiting: it began a
+        read that may wait, or it ended. What the upstream had already sent is encoded
+        and queued by then (the answer's head can leave with it, in one write)."""
+        begun = self._begun
+        if begun is not None:
+            await begun.wait()
+
+    def _begin(self) -> None:
+        begun = self._begun
+        if begun is not None:
+            self._begun = None
+            begun.set()
 
     def ready(self) -> bool:
         """Would ``__anext__`` return without waiting (output queued, or the end)?"""
@@ -313,6 +329,7 @@ class Relay(Generic[In, Ev, Out]):
             pass  # the consumer left
         finally:
             self._out.close_send()
+            self._begin()
 
     async def _loop(self) -> None:
         # One cancel scope for many reads (a scope per read cost as much as the rest
@@ -324,6 +341,7 @@ class Relay(Generic[In, Ev, Out]):
             with trio.CancelScope() as scope:
                 self._read_scope = scope
                 while self._stop is None:
+                    self._begin()  # the consumer runs once this task waits (or yields)
                     self._reading = True
                     try:
                         item = await self._source.read()

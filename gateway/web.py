@@ -108,9 +108,9 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
             app.inflight_requests -= 1
             if app.inflight_requests == 0 and app.no_requests is not None:
                 app.no_requests.set()
-            with trio.move_on_after(5) as cs:
-                cs.shield = True
-                await stack.aclose()
+            if stack:
+                with trio.CancelScope(deadline=trio.current_time() + 5, shield=True):
+                    await stack.aclose()
             self._finished(scope, seen[0], seen[1], time.perf_counter() - t0)
 
     async def _serve(self, receive: Any, send: Any) -> None:
@@ -158,11 +158,7 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
             head = SSE_HEAD if headers is None else headers
             await send({"type": "http.response.start", "status": status, "headers": head})
             async with body as chunks:
-                # the relay's first step (what is here already): its producer was started
-                # with this batch of runnable tasks, whose order trio randomizes, so it has
-                # run once the second pass begins
-                await trio.lowlevel.checkpoint()
-                await trio.lowlevel.checkpoint()
+                await body.first_step()  # what is here already goes out with the head
                 if not body.ready():
                     await writes.flush()
                 async for data in chunks:
@@ -224,6 +220,9 @@ class Cleanup:
     def __init__(self) -> None:
         self._callbacks: list[tuple[Callable[..., Any], tuple[Any, ...], bool]] = []
 
+    def __bool__(self) -> bool:
+        return bool(self._callbacks)
+
     def callback(self, fn: Callable[..., Any], *args: Any) -> None:
         self._callbacks.append((fn, args, False))
 
@@ -282,6 +281,17 @@ class ChannelBody(ResponseBody):
     def __aiter__(self) -> AsyncIterator[bytes]:
         assert self._recv is not None
         return self._recv.__aiter__()
+
+    async def first_step(self) -> None:
+        """Until the channel has queued what it has without waiting (a relay's
+        ``first_step``); elsewhere two checkpoints: a producer started with this batch
+        of runnable tasks, whose order trio randomizes, has run once the second begins."""
+        first_step = getattr(self._cm, "first_step", None)
+        if first_step is not None:
+            await first_step()
+            return
+        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.checkpoint()
 
     def ready(self) -> bool:
         """Would the next chunk come without waiting (the channel's ``ready``)?"""
