@@ -528,12 +528,9 @@ class Signer:
 
     def principal_id(self, principal: str) -> str:
         """Opaque stable id of ``principal`` for upstream requests: ``"p_"`` + 24 hex."""
-        mac = hmac.new(
-            self._principal_salt,
-            PRINCIPAL_DOMAIN + principal.encode("utf-8", "surrogatepass"),
-            hashlib.sha256,
-        ).hexdigest()
-        return "p_" + mac[:24]
+        message = PRINCIPAL_DOMAIN + principal.encode("utf-8", "surrogatepass")
+        # hmac.digest: the same MAC as hmac.new(...).hexdigest(), in one C call
+        return "p_" + hmac.digest(self._principal_salt, message, "sha256").hex()[:24]
 
     def form_token(self, purpose: str, *parts: str) -> str:
         """A token binding an HTML form to its purpose and subject (CSRF protection):

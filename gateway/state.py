@@ -6,9 +6,10 @@ routes reach the state through :func:`current`. Nothing here knows HTTP routes.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import trio
@@ -95,17 +96,26 @@ class GatewayState:
 
     def relay_options(self, **changes: Any) -> RelayOptions:
         cfg = self.config
-        opts = RelayOptions(
-            keepalive_seconds=cfg.server.keepalive_seconds,
-            idle_timeout_seconds=cfg.upstream.idle_timeout_seconds,
-            first_byte_seconds=self.upstream.first_byte_seconds,
-            draining=self.draining,
+        return RelayOptions(
+            **{
+                "keepalive_seconds": cfg.server.keepalive_seconds,
+                "idle_timeout_seconds": cfg.upstream.idle_timeout_seconds,
+                "first_byte_seconds": self.upstream.first_byte_seconds,
+                "draining": self.draining,
+                **changes,
+            }
         )
-        return replace(opts, **changes) if changes else opts
 
     def count_rewrites(self, pipeline: ChatPipeline) -> None:
-        self.metrics.rewrites.labels("link").inc(pipeline.stats.links)
-        self.metrics.rewrites.labels("name_only").inc(pipeline.stats.names)
+        links, names = self._rewrite_counters
+        links.inc(pipeline.stats.links)
+        names.inc(pipeline.stats.names)
+
+    @functools.cached_property
+    def _rewrite_counters(self) -> tuple[Any, Any]:
+        """The two children once (``labels()`` takes a lock and builds a key: per stream)."""
+        rewrites = self.metrics.rewrites
+        return rewrites.labels("link"), rewrites.labels("name_only")
 
     async def aclose(self) -> None:
         """Close the upstream client and the store (idempotent)."""

@@ -16,7 +16,7 @@ from gateway.auth import Caller
 from gateway.errors import GatewayError
 from gateway.lean import Incoming, Reply, StreamReply
 from gateway.pipeline import ChatPipeline
-from gateway.relay import Front, Relay, RelayOptions
+from gateway.relay import Front, OnOutcome, Relay
 from gateway.sources import SSESource
 from gateway.state import GatewayState, current
 from gateway.upstream import StreamResponse, close_quietly, metric_code
@@ -119,9 +119,10 @@ def pipeline_body(
     resp: StreamResponse,
     pipeline: ChatPipeline,
     front: Front[Any, bytes],
-    opts: RelayOptions | None = None,
+    on_outcome: OnOutcome | None = None,
 ) -> ChannelBody:
-    """Relay an upstream stream through ``pipeline`` to ``front`` (an SSE body)."""
+    """Relay an upstream stream through ``pipeline`` to ``front`` (an SSE body);
+    ``on_outcome``: the relay's (:class:`gateway.relay.RelayOptions`)."""
     held = [0]
 
     def on_held(chars: int) -> None:
@@ -129,11 +130,7 @@ def pipeline_body(
             st.metrics.held_chars.inc(chars - held[0])
             held[0] = chars
 
-    opts = opts or st.relay_options()
-    if opts.on_held is None:
-        from dataclasses import replace
-
-        opts = replace(opts, on_held=on_held)
+    opts = st.relay_options(on_held=on_held, on_outcome=on_outcome)
     source = SSESource.from_response(resp, max_event_bytes=st.config.limits.max_event_bytes)
     relay: Relay[Any, Any, bytes] = Relay(source, pipeline, front, opts)
     return relay_body(st, route, relay, on_close=lambda: st.count_rewrites(pipeline))

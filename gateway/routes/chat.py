@@ -66,5 +66,4 @@ async def chat_reply(st: GatewayState, req: Incoming) -> Reply:
         await remember("completed")
         return JSONReply(out)
     resp = await open_upstream(st, ubody, pid, req)
-    opts = st.relay_options(on_outcome=remember)
-    return StreamReply(pipeline_body(st, ROUTE, resp, pipeline, front, opts))
+    return StreamReply(pipeline_body(st, ROUTE, resp, pipeline, front, on_outcome=remember))

@@ -126,8 +126,7 @@ async def create_response() -> Response:
         assert front.final is not None
         return json_response(front.final)
     resp = await open_upstream(st, upstream_responses_body(b, messages, pid, stream=True), pid)
-    opts = st.relay_options(on_outcome=keep)
-    return sse_response(pipeline_body(st, ROUTE, resp, pipeline, front, opts))
+    return sse_response(pipeline_body(st, ROUTE, resp, pipeline, front, on_outcome=keep))
 
 
 async def _background(
