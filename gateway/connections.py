@@ -219,6 +219,8 @@ class Refused(Exception):
 _REASONS = {
     400: "Bad Request",
     408: "Request Timeout",
+    431: "Request Header Fields Too Large",
+    501: "Not Implemented",
     503: "Service Unavailable",
     505: "HTTP Version Not Supported",
 }
@@ -246,6 +248,29 @@ OVERLOADED = canned_response(
     "The server has too many open connections (server.max_connections); retry shortly.",
     retry_after=1,
 )
+
+
+def unreadable_response(status: int) -> bytes:
+    """The answer to a request h11 refused (``status``: its ``error_status_hint``), or
+    that the lean path saw cut short, as the gateway's JSON error; the connection closes."""
+    if status == 431:
+        code, message = (
+            "request_head_too_large",
+            "The request head is larger than this server reads.",
+        )
+    elif status == 501:
+        code, message = (
+            "transfer_coding_not_supported",
+            "This server reads request bodies with Content-Length or chunked framing only.",
+        )
+    else:
+        status = 400
+        code, message = (
+            "bad_request",
+            "The request is not valid HTTP/1.1 (its request line, a header or its body's "
+            "framing); it was not read.",
+        )
+    return canned_response(status, code, message)
 
 
 # --------------------------------------------------------------------------- app tasks
@@ -525,6 +550,14 @@ class GatewayH11Protocol(H11Protocol):
             return
         await super()._send_h11_event(event)
 
+    async def _send_error_response(self, status_code: int) -> None:
+        # h11 refused the request: the gateway's JSON error instead of hypercorn's
+        # empty body (the connection closes right after, whatever h11's state)
+        if self.closing:
+            return
+        self.closing = True
+        await self.send(RawData(unreadable_response(status_code)))
+
     @property
     def awaiting_head(self) -> bool:
         conn = self.connection
@@ -704,7 +737,7 @@ class GatewayTCPServer(TCPServer):
                         continue
                     data = rest
                 elif self._exchange is not None:
-                    self._exchange.client_left()
+                    await self._lean_eof(proto, self._exchange)
             if data and self._head_started is None and proto.awaiting_head:
                 self._head_started = trio.current_time()
             try:
@@ -716,6 +749,8 @@ class GatewayTCPServer(TCPServer):
                 continue
             if data == b"":
                 break
+        if self._exchange is not None:  # EOF, a reset, a timeout: the client is gone
+            self._exchange.client_left()
         await proto.handle(Closed())
 
     # The lean path (gateway.exchange): a plain head for a lean route, whole in one read
@@ -755,6 +790,14 @@ class GatewayTCPServer(TCPServer):
                 return None
             await exchange.finished.wait()
         return None
+
+    async def _lean_eof(self, proto: GatewayH11Protocol, exchange: LeanExchange) -> None:
+        """The client closed its side: a body still owed is a request h11 would refuse
+        (400, as its way answers it), else a client that left (or half-closed)."""
+        if exchange.receiving and not exchange.started and not proto.closing:
+            await self._write_canned(unreadable_response(400))
+            exchange.lost = True
+        exchange.client_left()
 
     def recycle(self, exchange: LeanExchange) -> None:
         """A lean request is over and the connection stays: idle until the next head."""
