@@ -884,7 +884,10 @@ _WIN_BODY = re.compile(
     r"(?:[a-z](?::|%3a|%253a|\||%7c)[\\/]|\\{2,8}[\w.$-]+\\"
     r"|(?:(?:cygdrive|mnt)/)?[a-z]/(?:users|windows|program|documents|programdata)[\\/ %])"
     r"|file://[\w.$-]+\\"
-    r"|/(?:(?:cygdrive|mnt)/)?[a-z][\\/]",
+    # a Git Bash / Cygwin / WSL drive, after doubled separators and "." segments as the
+    # start reads them (//cygdrive/c/, /./c/, /mnt//c/: x//c/Users/bob\build, where \b
+    # read as an escape ended the path and showed the folders after it)
+    r"|/(?:\.?/){0,6}(?:(?:cygdrive|mnt)/(?:\.?/){0,6})?[a-z][\\/]",
     re.IGNORECASE,
 )
 _RUN_BEFORE_U = re.compile(r"(\\+)u00")

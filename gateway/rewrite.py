@@ -251,33 +251,162 @@ def scrub_identifier(text: str, scrub: Callable[[str], str] = rewrite) -> str:
     found there becomes its name behind a ``/`` (``local/m``). Longer than
     :data:`MAX_IDENTIFIER` after ``scrub``, or with more than :data:`MAX_GLUED` such
     places: no identifier, a stable stand-in (``id_<hash>``) in its place (the cost
-    stays bounded: at most ``MAX_GLUED`` rewrites of ``MAX_IDENTIFIER`` characters).
+    stays bounded: at most ``MAX_GLUED`` places, two rewrites each, of the rewritten
+    text and of the text as written, and at most ``MAX_GLUED`` more to find where one
+    was written, see :class:`_Written`).
+
+    A place is read in ``text`` as written too, not only in the rewritten text: the
+    prose pass may have found a path inside the glued one and put its name where it
+    began. After a folder whose last character is a boundary (``a数据``, ``a-``,
+    ``a(1)``: a start may follow one in prose), the folder's first part and that name
+    read again as one last segment (``v2\\\\SystemRoot\\\\a数据\\\\b\\\\r.pdf``, JSON text,
+    showed ``v2/a数据r.pdf``); right after the glued start, that path may end sooner
+    than the glued one and leave its folders (:func:`_as_written`).
     """
     out = scrub(text)
-    tries = sum(1 for i in range(1, len(out)) if _glued_start(out, i))
+    tries = sum(1 for i in range(1, len(out)) if _glued_span(out, i))
     if len(out) > MAX_IDENTIFIER or tries > MAX_GLUED:
-        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-        return "id_" + digest[:24]
+        return _stand_in(text)
+    written = _Written(text, scrub, out)
     i = 1
-    while i < len(out) and tries > 0:  # left to right: a scheme before its path wins
-        if _glued_start(out, i):
+    while i < len(out):  # left to right: a scheme before its path wins
+        span = _glued_span(out, i)
+        if span and written.copied(out, i, span):  # not in a name the rewrite put in
+            if tries == 0:  # the places were counted before names were put in
+                return _stand_in(text)
             tries -= 1
             tail = out[i:]
             named = scrub(tail)
-            if named != tail:
-                out = out[:i] + "/" + named.lstrip("/\\")
+            found = named != tail  # a path starts here in the rewritten text
+            at = written.find(out, i, span) if found else written.fixed(i, span)
+            if found and at is None:  # not found where it was written: no identifier
+                return _stand_in(text)
+            if at is not None:
+                if text[at:] != tail:  # a rewrite lies behind it: read it as written
+                    named = _as_written(tail, scrub(text[at:]), named, span)
+                if named != tail:
+                    out = out[:i] + "/" + named.lstrip("/\\")
+                    written.restart(at, named, i + 1)
         i += 1
     return out
 
 
-def _glued_start(text: str, i: int) -> bool:
+def _as_written(tail: str, glued: str, named: str, span: int) -> str:
+    """What a start glued to a word (``span`` characters for sure) reads as: ``named``
+    (``tail``, the rewritten text from it on, read again) or ``glued`` (the text as
+    written, read from it).
+
+    Found in ``tail`` (``named`` differs), a path may be cut short there: a path the
+    prose pass found inside it put its name after the folder's first part (``a数据``
+    + ``r.pdf``); ``glued`` then, unless it shows a separator ``tail`` does not end
+    with (a folder ``tail`` hid: read from the glued start, a path may end sooner, at
+    a space). Not found, such a path may have cut off its start (JSON text of
+    ``v2c:\\\\.\\\\Documents and Settings/a/x``: ``\\\\.\\\\Documents`` after the drive's
+    colon is a share's root, which ends at the space, before the folders): ``glued``
+    if ``tail`` ends with it and shows more than the start holds for sure before it
+    (``C:`` of ``v2C:\\Users\\a\\x`` stays: ``v2C:x``)."""
+    same = _common_prefix(tail[::-1], glued[::-1])
+    if named != tail:
+        return named if _SEPARATOR.search(glued, 0, len(glued) - same) else glued
+    return glued if same == len(glued) and len(tail) - same > span else tail
+
+
+def _stand_in(text: str) -> str:
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return "id_" + digest[:24]
+
+
+class _Written:
+    """Where a place in the rewritten identifier stands in the text as written.
+
+    ``out[start:]`` (the identifier being rewritten) is ``read`` without its leading
+    separators, and ``read`` is ``scrub(text[at:])``. Before the first character that
+    rewrite changed and after the last one, both are the same text at a fixed offset;
+    in between (a name, a link, and the text between two rewritten paths) the place is
+    the one from which the text before it reads as ``read`` up to it: found by
+    rewriting that text, at most :data:`MAX_GLUED` times per identifier.
+    """
+
+    def __init__(self, text: str, scrub: Callable[[str], str], read: str) -> None:
+        self.text = text
+        self.scrub = scrub
+        self.probes = MAX_GLUED
+        self.restart(0, read, 0)
+
+    def restart(self, at: int, read: str, start: int) -> None:
+        raw = self.text[at:]
+        self.at = at
+        self.read = read
+        self.off = start - (len(read) - len(read.lstrip("/\\")))  # out[x] is read[x - off]
+        self.head = _common_prefix(raw, read)
+        self.tail = _common_prefix(raw[::-1], read[::-1])
+
+    def fixed(self, i: int, span: int) -> int | None:
+        """The place of ``out[i]`` if it is before or after everything rewritten."""
+        q = i - self.off
+        if q + span <= self.head:
+            return self.at + q
+        if len(self.read) - q <= self.tail:
+            return len(self.text) - (len(self.read) - q)
+        return None
+
+    def _between(self, out: str, i: int, span: int) -> tuple[str, int, int]:
+        """What a start at ``out[i]`` in between begins with as written (the start and
+        two more characters: a path found inside it by the prose pass begins after its
+        root, ``~/a``, ``%5Cx``, ``C:\\x``), and where in the text it may stand."""
+        want = out[i : i + span + 2]
+        lo = self.at + max(1, self.head - span + 1)
+        return want, lo, len(self.text) - self.tail - 1 + len(want)
+
+    def copied(self, out: str, i: int, span: int) -> bool:
+        """Could the start at ``out[i]`` have been written in the text (not only put in
+        by the rewrite: a name's ``%`` or ``~``, a link's ``https:``)?"""
+        if self.fixed(i, span) is not None:
+            return True
+        want, lo, hi = self._between(out, i, span)
+        return self.text.find(want, lo, hi) >= 0
+
+    def find(self, out: str, i: int, span: int) -> int | None:
+        """Where ``out[i:]`` (a start ``span`` characters long, then the rest) begins in
+        the text, or None."""
+        at = self.fixed(i, span)
+        if at is not None:
+            return at
+        head = self.read[: i - self.off]
+        want, lo, hi = self._between(out, i, span)
+        r = self.text.find(want, lo, hi)
+        while r >= 0 and self.probes > 0:
+            self.probes -= 1
+            if self.scrub(self.text[self.at : r]) == head:
+                return r
+            r = self.text.find(want, r + 1, hi)
+        return None
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """How many characters ``a`` and ``b`` begin with alike."""
+    return next(
+        (k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+
+
+def _glued_span(text: str, i: int) -> int:
     """Could a path glued to what precedes start at ``text[i]``: the first of a run of
-    separators, or a letter that may open a drive (``C:``) or a scheme (``file:``)?"""
+    separators, or a letter that may open a drive (``C:``) or a scheme (``file:``)?
+    How many characters its start holds for sure (the separator; the letters up to
+    the colon), 0 if none."""
     c = text[i]
     if c in GLUE:
-        return c != text[i - 1]
-    return c.isascii() and c.isalpha() and _COLON.search(text, i + 1, i + 24) is not None
+        return int(c != text[i - 1])
+    if not (c.isascii() and c.isalpha()):
+        return 0
+    colon = _COLON.search(text, i + 1, i + 24)
+    return 0 if colon is None else colon.end() - i
 
 
+#: a separator in any spelling (plain, JSON, percent, HTML)
+_SEPARATOR = re.compile(
+    r"[/\\]|%(?:25)?(?:2f|5c)|&(?:amp;)?(?:#x0*(?:2f|5c)|#0*(?:47|92)|b?sol)", re.IGNORECASE
+)
 #: a colon as a drive or a scheme may spell it (plain, percent, HTML, JSON)
 _COLON = re.compile(r":|%(?:25)*3a|&#0*58|&#x0*3a|&colon|\\u003a", re.IGNORECASE)

@@ -1186,3 +1186,30 @@ def test_the_seventh_red_team_pass_is_closed(text: str, expected: str) -> None:
     whole = rewrite(text)
     assert whole == expected, whole
     assert_every_split(text, whole)
+
+
+#: a Git Bash / Cygwin / WSL drive after doubled separators or a "." segment (as
+#: ``sep + path`` glues them in an identifier, ``x_/`` + ``/cygdrive/c/…``): a Windows
+#: body, its backslashes separators; ``\b`` of ``\build``, read as an escape, ended the
+#: path and showed the folders after it
+GIT_BASH_AFTER_DOUBLED_SEPARATORS = [
+    ("x //cygdrive/c/users\\build\\zqsec\\out", "x out"),
+    ("x //CYGDRIVE/c/Users\\build\\zqsec数据\\zqb\\out\\", "x out"),
+    ("x /cygdrive//c/users\\build\\zqsec\\out", "x out"),
+    ("x //mnt/c/users\\tools\\zqsec\\out", "x out"),
+    ("x /mnt/./c/Users\\repos\\zqsec\\out", "x out"),
+    ("x //c/Users/zqbob\\build\\out", "x out"),
+    ("x //d/Windows/repos\\zqsec.d\\notes.md", "x notes.md"),
+    # a POSIX root there still ends at a JSON escape
+    ("x //home/zqbob\\nmore", "x ~\\nmore"),
+    ("x //tmp/zqa/x.txt\\nmore", "x x.txt\\nmore"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), GIT_BASH_AFTER_DOUBLED_SEPARATORS)
+def test_a_git_bash_drive_after_doubled_separators_has_windows_separators(
+    text: str, expected: str
+) -> None:
+    whole = rewrite(text)
+    assert whole == expected, whole
+    assert_every_split(text, whole)
