@@ -49,8 +49,8 @@ hypercorn 0.18 runs one task per connection (the *reader*) plus one task per req
 
 * **The lean path.** A plain head for one of the app's lean routes
   (``ConnectionPolicy.lean_routes``), whole in one read at a request boundary, is served
-  by a :class:`gateway.exchange.LeanExchange` instead of h11 and hypercorn's stream (a
-  third of a streamed request's CPU): same scope, same answers, same limits; h11 stays
+  by a :class:`gateway.exchange.LeanExchange` instead of h11 and hypercorn's stream
+  (about a quarter of a streamed request's CPU): same scope, same answers, same limits; h11 stays
   idle and takes every other head (:mod:`gateway.h1lean` decides, strictly).
 
 :func:`install` swaps :class:`GatewayTCPServer` into hypercorn's trio worker once;
@@ -63,7 +63,6 @@ whose internals it does not recognise (and logs it).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import resource
@@ -91,6 +90,9 @@ from gateway.exchange import (
     WRITES_KEY,
     Disconnect,
     LeanExchange,
+    error_answer,
+    error_body,
+    unanswered,
 )
 from gateway.h1lean import parse_head
 from gateway.handoff import Handoff
@@ -230,7 +232,7 @@ def canned_response(
     status: int, code: str, message: str, *, retry_after: int | None = None
 ) -> bytes:
     """A complete HTTP/1.1 error response with the gateway's JSON error body, closing."""
-    body = json.dumps({"error": {"message": message, "type": code, "code": code}}).encode()
+    body = error_body(code, message)
     head = [
         f"HTTP/1.1 {status} {_REASONS.get(status, '')}",
         "content-type: application/json",
@@ -338,16 +340,8 @@ class _DiscardBody:
             await self.protocol._maybe_recycle()
 
 
-#: hypercorn's own error answers (no app response), as the gateway's JSON errors
-_STREAM_ERRORS = {
-    404: ("not_found", "No such route on this server; see docs/api.md."),
-    500: ("internal_error", "The server failed to answer this request; it was logged."),
-}
-_NOT_SERVED = (
-    503,
-    "gateway_draining",
-    "The server is restarting and did not serve this request; please retry.",
-)
+#: hypercorn's 404 (a wrong Host under ``server_names``), as the gateway's JSON error
+_NO_ROUTE = ("not_found", "No such route on this server; see docs/api.md.")
 
 
 class GatewayHTTPStream(HTTPStream):
@@ -356,17 +350,11 @@ class GatewayHTTPStream(HTTPStream):
     the gateway's JSON error body instead of an empty one."""
 
     async def _send_error_response(self, status_code: int) -> None:
-        if status_code == 500 and self.context.terminated.is_set():
-            status, code, message = _NOT_SERVED
-        else:
-            code, message = _STREAM_ERRORS.get(status_code, _STREAM_ERRORS[500])
-            status = status_code
-        body = json.dumps({"error": {"message": message, "type": code, "code": code}}).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", b"%d" % len(body)),
-            (b"connection", b"close"),
-        ]
+        if status_code == 404:
+            status, (code, message) = 404, _NO_ROUTE
+        else:  # 500: the app ended without an answer (the lean path answers alike)
+            status, code, message = unanswered(self.context.terminated.is_set())
+        headers, body = error_answer(code, message)
         await self.send(Response(stream_id=self.stream_id, headers=headers, status_code=status))
         await self.send(Body(stream_id=self.stream_id, data=body))
         await self.send(EndBody(stream_id=self.stream_id))
@@ -796,8 +784,9 @@ class GatewayTCPServer(TCPServer):
         (400, as its way answers it), else a client that left (or half-closed)."""
         if exchange.receiving and not exchange.started and not proto.closing:
             await self._write_canned(unreadable_response(400))
-            exchange.lost = True
-        exchange.client_left()
+            exchange.abandon()
+        else:
+            exchange.client_left()
 
     def recycle(self, exchange: LeanExchange) -> None:
         """A lean request is over and the connection stays: idle until the next head."""
@@ -821,8 +810,7 @@ class GatewayTCPServer(TCPServer):
     async def _lost(self) -> None:
         """A write failed: the connection is gone."""
         if self._exchange is not None:
-            self._exchange.lost = True
-            self._exchange.client_left()
+            self._exchange.abandon()
         await self.protocol.handle(Closed())
 
     def _idle_over(self, proto: GatewayH11Protocol) -> bool:
@@ -865,8 +853,7 @@ class GatewayTCPServer(TCPServer):
             await self._write_canned(canned_response(408, "request_timeout", message))
         proto.closing = True
         if exchange is not None:
-            exchange.lost = True
-            exchange.client_left()
+            exchange.abandon()
 
     async def _write_canned(self, data: bytes) -> None:
         """Write a complete response the protocol did not produce (bounded: 1 s)."""

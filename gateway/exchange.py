@@ -2,7 +2,7 @@
 
 hypercorn serves a request through h11 (parse, then frame every response event),
 its ``HTTPStream`` (ASGI state machine, access hook), its task group (a memory
-channel, a task) and its recycle bookkeeping: about a third of a streamed chat
+channel, a task) and its recycle bookkeeping: about a quarter of a streamed chat
 request's CPU on the benchmark (docs/benchmarks.md, "Round 7"). For the heads that
 :func:`gateway.h1lean.parse_head` accepts (plain requests for the lean routes, whole in
 one read) the connection (:class:`gateway.connections.GatewayTCPServer`) runs a
@@ -41,6 +41,9 @@ __all__ = [
     "WRITES_KEY",
     "Disconnect",
     "LeanExchange",
+    "error_answer",
+    "error_body",
+    "unanswered",
 ]
 
 log = logging.getLogger("gateway.connections")
@@ -86,24 +89,41 @@ class Disconnect:
 
 
 def error_body(code: str, message: str) -> bytes:
+    """The gateway's JSON error body."""
     return json.dumps({"error": {"message": message, "type": code, "code": code}}).encode()
 
 
-_UNANSWERED = error_body(
-    "internal_error", "The server failed to answer this request; it was logged."
-)
-_NOT_SERVED = error_body(
-    "gateway_draining", "The server is restarting and did not serve this request; please retry."
-)
+def error_answer(code: str, message: str) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """The fields and body of a JSON error answer after which the connection closes."""
+    body = error_body(code, message)
+    fields = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(body)),
+        (b"connection", b"close"),
+    ]
+    return fields, body
+
+
+def unanswered(stopping: bool) -> tuple[int, str, str]:
+    """The answer to a request the app ended without answering, as hypercorn's way gives
+    it: 500, or 503 ``gateway_draining`` while the server stops."""
+    if stopping:
+        return (
+            503,
+            "gateway_draining",
+            "The server is restarting and did not serve this request; please retry.",
+        )
+    return 500, "internal_error", "The server failed to answer this request; it was logged."
 
 
 class LeanExchange:
     """One request and its answer on a :class:`~gateway.connections.GatewayTCPServer`.
 
     The connection's reader calls :meth:`feed` with what arrives (the body, then
-    nothing more until :attr:`finished`) and :meth:`client_left`; the app task runs
-    :meth:`run`. ``server`` provides ``write(bytes)``, ``close()``, ``recycle()``,
-    ``config``, ``context`` and the connection's ``protocol`` (client, server, state).
+    nothing more until :attr:`finished`), :meth:`client_left` and :meth:`abandon`; the
+    app task runs :meth:`run`. ``server`` provides ``write(bytes)``,
+    ``recycle(exchange)``, ``close_exchange(exchange)``, ``config``, ``context`` and the
+    connection's ``protocol`` (client, server, state, ``closing``).
     """
 
     def __init__(self, server: Any, head: LeanHead, first: bytes) -> None:
@@ -186,6 +206,12 @@ class LeanExchange:
             return
         self.gone.set()
         self.queue.send_past_limit(_DISCONNECT)  # never waits
+
+    def abandon(self) -> None:
+        """Nobody will read an answer (a failed write, or the connection layer answered
+        instead): the app is told, and what it still sends goes nowhere."""
+        self.lost = True
+        self.client_left()
 
     # -- the app's side
 
@@ -270,26 +296,17 @@ class LeanExchange:
         self.queue.close_receive()
         self._app_done = True
         if self.state == _REQUEST and not self.gone.happened and not self.server.protocol.closing:
-            stopping = self.server.context.terminated.is_set()
-            await self._answer_error(
-                503 if stopping else 500, _NOT_SERVED if stopping else _UNANSWERED
-            )
+            await self._answer_error(*unanswered(self.server.context.terminated.is_set()))
         if self.state != _DONE or self.lost or self.gone.happened:
             await self._close()  # an answer cut short, or nobody left to answer
-        elif not self.body_left:
-            await self._recycle()
-        elif self.close_after:
-            await self._close()
+        elif not self.body_left or self.close_after:
+            await self._recycle()  # (which closes when the connection must)
         # else: the rest of a small body is read and dropped, then recycled (feed)
 
-    async def _answer_error(self, status: int, body: bytes) -> None:
+    async def _answer_error(self, status: int, code: str, message: str) -> None:
         self.close_after = True
-        head = [
-            (b"content-type", b"application/json"),
-            (b"content-length", b"%d" % len(body)),
-            (b"connection", b"close"),
-        ]
-        await self.send({"type": "http.response.start", "status": status, "headers": head})
+        fields, body = error_answer(code, message)
+        await self.send({"type": "http.response.start", "status": status, "headers": fields})
         await self.send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def _recycle(self) -> None:
