@@ -41,7 +41,7 @@ import trio
 from hypercorn.config import Config as HyperConfig
 from hypercorn.trio import serve
 
-from gateway import connections
+from gateway import connections, memory
 from gateway.connections import ConnectionPolicy, WriteBounds
 from gateway.logs import app_tag, tagged
 
@@ -265,6 +265,7 @@ async def run_until_signalled(
                 drain_started,
                 stop,
             )
+            nursery.start_soon(memory.release_when_idle, [app for app, _, _ in apps])
             urls: list[list[str]] = []
             async with trio.open_nursery() as servers:
                 for app, bind, _ in apps:

@@ -76,6 +76,8 @@ class ServiceApp(QuartTrio):
     """A quart-trio app that counts its requests in flight (the drain waits on them)."""
 
     inflight_requests: int = 0
+    #: requests begun since start (:mod:`gateway.memory` trims after a busy spell)
+    requests_started: int = 0
     no_requests: trio.Event | None = None
     #: called once per finished request: (route, status, bytes, seconds)
     on_request: Callable[[str, int, int, float], None] | None = None
@@ -102,6 +104,7 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
         scope["gateway.cleanup"] = stack
         app: Any = self.app
         app.inflight_requests += 1
+        app.requests_started += 1
         try:
             await self._serve(receive, counting_send)
         finally:

@@ -1,0 +1,83 @@
+"""gateway.memory: freed heap goes back to the OS once the process is idle, never
+while requests run (virtual time: trio's autojump clock)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import pytest
+import trio
+import trio.testing
+
+from gateway import memory
+
+
+@dataclass
+class FakeApp:
+    requests_started: int = 0
+    inflight_requests: int = 0
+
+
+@pytest.fixture
+def trims(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    calls: list[float] = []
+
+    def fake(pad: int) -> int:
+        assert pad == 0
+        calls.append(trio.current_time())
+        return 1
+
+    monkeypatch.setattr(memory, "_TRIM", fake)
+    return calls
+
+
+async def test_trims_after_start_up_then_after_each_busy_spell(
+    autojump_clock: trio.testing.MockClock, trims: list[float]
+) -> None:
+    app = FakeApp()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(memory.release_when_idle, [app])
+        await trio.sleep(10)
+        assert len(trims) == 1  # after start-up, once, however long it stays idle
+        app.requests_started += 1
+        app.inflight_requests += 1
+        await trio.sleep(30)
+        assert len(trims) == 1  # never while a request is in flight
+        app.inflight_requests -= 1
+        t_idle = trio.current_time()
+        await trio.sleep(10)
+        assert len(trims) == 2
+        assert trims[1] - t_idle >= memory.SETTLE_SECONDS
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_request_during_the_settle_time_postpones_the_trim(
+    autojump_clock: trio.testing.MockClock, trims: list[float]
+) -> None:
+    app = FakeApp()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(memory.release_when_idle, [app])
+        await trio.sleep(0.5)
+        for _ in range(20):  # a request every 0.6 s: never a whole idle second
+            app.requests_started += 1
+            await trio.sleep(0.6)
+        assert trims == []
+        await trio.sleep(5)
+        assert len(trims) == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_without_malloc_trim_it_returns_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory, "_TRIM", None)
+    with trio.fail_after(1):
+        await memory.release_when_idle([FakeApp()])
+    assert memory.release_free_memory() is False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_the_real_trim_runs_here() -> None:
+    assert memory._TRIM is not None
+    junk = [bytearray(100_000) for _ in range(200)]  # 20 MB through malloc
+    del junk
+    memory.release_free_memory()  # does not crash; returns whether pages went back
