@@ -26,7 +26,7 @@ A stream that fails ends with a :class:`gateway.errors.GatewayError`, not an eve
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "BOUNDARY",
@@ -68,9 +68,12 @@ class Role:
     role: str
 
 
-@dataclass(frozen=True, slots=True)
-class Text:
-    """Rewritten text of one channel of one choice, safe to emit now."""
+class Text(NamedTuple):
+    """Rewritten text of one channel of one choice, safe to emit now.
+
+    A named tuple, not a frozen dataclass like the other events: one is made per
+    relayed delta, and a frozen dataclass's ``__init__`` (``object.__setattr__`` per
+    field) cost twice as much (0.36 against 0.17 µs)."""
 
     choice: int
     channel: str

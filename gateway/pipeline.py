@@ -82,6 +82,11 @@ __all__ = ["CLIENT_KEYS", "ChatPipeline", "LinkResolver", "PipelineSettings", "S
 MAX_CHOICES = 128
 #: json.loads' own scanner, called directly (see ChatPipeline._plain_delta)
 _SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+#: json.loads' string scanner (strict, as json.loads is: no raw control characters)
+_SCANSTRING: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+#: how many times a stream may learn a new template of its plain deltas (a stream whose
+#: chunks differ in more than their text, e.g. a timestamp per chunk, stops trying)
+TEMPLATE_TRIES = 4
 #: the lowest log-probability relayed (-Infinity is not JSON)
 _LOWEST = -sys.float_info.max
 MAX_TOOL_CALLS = 1024
@@ -261,6 +266,13 @@ class Scrubber:
         return None
 
 
+def _skip_ws(text: str, at: int) -> int:
+    """The first index from ``at`` that is not JSON whitespace."""
+    while text[at : at + 1] in (" ", "\t", "\n", "\r") and at < len(text):
+        at += 1
+    return at
+
+
 def _tool_id(value: object) -> str | None:
     """A tool call's id as sent when it has an id's shape; another value is replaced by a
     stable stand-in (the same input gives the same id), never relayed; None if absent."""
@@ -298,6 +310,9 @@ class ChatPipeline(Scrubber):
         self._choices: dict[int, _Choice] = {}
         self._meta_raw: tuple[object, ...] | None = None
         self._meta_sent = False
+        #: (text before, text after) a plain delta's content string; see _from_template
+        self._template: tuple[str, str, tuple[object, ...] | None] | None = None
+        self._template_tries = TEMPLATE_TRIES
         self.meta = Meta(id="chatcmpl-" + secrets.token_hex(12), created=int(time.time()))
 
     # -- streaming -----------------------------------------------------------------
@@ -362,6 +377,41 @@ class ChatPipeline(Scrubber):
         Equivalent to :meth:`chunk` for such a chunk: that emits no metadata (unchanged),
         one text event, nothing else (unknown keys are dropped there too; this path is
         off when extra keys or log-probabilities are relayed)."""
+        state = self._choices.get(0)
+        rw = state.channels.get("content") if state is not None and not state.finished else None
+        if rw is None:
+            return None
+        text = self._from_template(data)
+        if text is None:
+            text = self._parse_plain(data)
+            if text is None:
+                return None
+        return rw.feed_pieces(text)
+
+    def _from_template(self, data: str) -> str | None:
+        """The text of a plain delta written exactly as the last one learnt (the same
+        bytes before and after its content string): the string alone is scanned.
+
+        Sound because a JSON string literal is one token: ``before + literal + after``
+        parses as the learnt chunk with that string as ``choices[0].delta.content``
+        (checked once, by parsing the template itself, in :meth:`_learn`)."""
+        tpl = self._template
+        if tpl is None or tpl[2] is not self._meta_raw:
+            return None
+        before, after, _ = tpl
+        if not (data.startswith(before) and data.endswith(after)):
+            return None
+        try:
+            text, end = _SCANSTRING(data, len(before))
+        except (ValueError, IndexError):
+            return None
+        if end != len(data) - len(after) or not text or len(text) > FEED_SLICE:
+            return None
+        return text
+
+    def _parse_plain(self, data: str) -> str | None:
+        """The text of a plain delta read whole (json.loads' scanner and shape checks);
+        the template of the next ones is learnt from it."""
         if data[:1] != "{" or data.count("{") + data.count("[") > self.settings.max_json_depth:
             return None
         try:  # json.loads without its wrappers (the text starts with "{": no whitespace)
@@ -388,11 +438,35 @@ class ChatPipeline(Scrubber):
         meta = (obj.get("id"), obj.get("created"), obj.get("model"), obj.get("system_fingerprint"))
         if meta != self._meta_raw:
             return None
-        state = self._choices.get(0)
-        rw = state.channels.get("content") if state is not None and not state.finished else None
-        if rw is None:
-            return None
-        return rw.feed_pieces(text)
+        if self._template_tries > 0:
+            self._template_tries -= 1
+            self._learn(data, obj, delta)
+        return text
+
+    def _learn(self, data: str, obj: dict[str, Any], delta: dict[str, Any]) -> None:
+        """Learn the text around ``data``'s first ``"content"`` string, if parsing the
+        template with an empty string in its place gives ``obj`` with an empty content:
+        then that place is the delta's content (not another object's ``content``, nor
+        the first of two keys of which JSON keeps the last)."""
+        self._template = None
+        at = data.find('"content"')
+        if at < 0:
+            return
+        colon = _skip_ws(data, at + 9)
+        if data[colon : colon + 1] != ":":
+            return
+        quote = _skip_ws(data, colon + 1)
+        if data[quote : quote + 1] != '"':
+            return
+        try:
+            _, end = _SCANSTRING(data, quote + 1)
+            empty, _ = _SCAN(data[: quote + 1] + '"' + data[end:], 0)
+        except (StopIteration, ValueError, RecursionError, IndexError):
+            return
+        delta["content"] = ""
+        if empty != obj:
+            return
+        self._template = (data[: quote + 1], data[end:], self._meta_raw)
 
     async def feed_event(self, ev: SSEEvent) -> Step:
         """One upstream SSE event → events to emit (``done`` at ``[DONE]``).

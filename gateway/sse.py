@@ -31,8 +31,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import json
-from dataclasses import dataclass
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 from gateway.errors import SSEEventTooLarge
 
@@ -52,13 +51,13 @@ DONE: bytes = b"data: [DONE]\n\n"
 _BOM = "\ufeff"
 
 
-@dataclass(frozen=True, slots=True)
-class SSEEvent:
+class SSEEvent(NamedTuple):
     """One dispatched event.
 
     ``id`` is the stream's last-event-id buffer at dispatch time (it persists across
     events, as WHATWG ``lastEventId`` does); ``retry`` is the most recent valid
-    ``retry`` value seen on the stream so far, or ``None``.
+    ``retry`` value seen on the stream so far, or ``None``. (A named tuple: one is
+    made per upstream event, at half a frozen dataclass's cost.)
     """
 
     data: str

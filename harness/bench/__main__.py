@@ -15,6 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     rl.add_argument("--quick", action="store_true", help="two scenarios, fewer requests")
     pr = sub.add_parser("profile", help="py-spy top functions of the gateway while it relays")
     pr.add_argument("--paced", action="store_true", help="one event per read (20 streams)")
+    pr.add_argument("--paths", action="store_true", help="path-dense deltas (6 × 20,000)")
     pr.add_argument("--requests", action="store_true", help="1,000 sequential 1-delta streams")
     pr.add_argument(
         "--keep-alive", action="store_true", help="with --requests: on one kept-alive connection"
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "profile":
         from harness.bench.profile import main as profile_main
 
-        return profile_main(args.paced, args.top, args.requests, args.keep_alive)
+        return profile_main(args.paced, args.top, args.requests, args.keep_alive, args.paths)
     if args.what == "store":
         from harness.bench.store import main as store_main
 

@@ -1,10 +1,13 @@
 """Where the gateway's CPU goes while it relays: py-spy over the relay benchmark's setup.
 
-``python -m harness.bench profile [--paced | --requests] [--top 10]`` starts the relay benchmark's
+``python -m harness.bench profile [--paced | --paths | --requests] [--top 10]`` starts the relay
+benchmark's
 three processes (:func:`harness.bench.relay.start`), warms the gateway up, then samples
 it with ``py-spy record --nonblocking`` (from the venv) while the client runs
 ``bulk`` (6 streams of 20,000 deltas one after another, 64 events per upstream write),
-with ``--paced`` 20 concurrent streams of 1,000 deltas, one event per read, or with
+with ``--paced`` 20 concurrent streams of 1,000 deltas, one event per read, with ``--paths``
+6 path-dense streams of 20,000 deltas one after another (the relay benchmark's paths
+scenario: a path every 10 deltas, half of them files that become links), or with
 ``--requests`` 1,000 sequential 1-delta streams (``Connection: close``: the per-request
 cost; with ``--keep-alive`` all on one kept-alive connection, as an SDK's pool sends
 them) under cProfile with a CPU timer instead (:mod:`harness.bench.cprof`). It
@@ -57,8 +60,10 @@ def summarize(raw: Path, top: int) -> tuple[int, list[tuple[str, int]], list[tup
     return total, own.most_common(top), incl.most_common(top * 3)
 
 
-def _plan(paced: bool, requests: bool) -> tuple[str, list[str], int, int, str]:
+def _plan(paced: bool, requests: bool, paths: bool) -> tuple[str, list[str], int, int, str]:
     """model, client arguments, runs, deltas, what is measured."""
+    if paths:
+        return "bench-paths-20000-bulk", ["--streams", "1"], 6, 120_000, "6 × 20,000 path-dense"
     if requests:
         return "bench-plain-1-bulk", ["--sequential", "1000"], 1, 1000, "1,000 requests"
     if paced:
@@ -91,7 +96,11 @@ def cprofile_requests(top: int, n: int = 1000, keep_alive: bool = False) -> int:
 
 
 def main(
-    paced: bool = False, top: int = 10, requests: bool = False, keep_alive: bool = False
+    paced: bool = False,
+    top: int = 10,
+    requests: bool = False,
+    keep_alive: bool = False,
+    paths: bool = False,
 ) -> int:
     if requests:
         return cprofile_requests(top, keep_alive=keep_alive)
@@ -99,7 +108,7 @@ def main(
     if spy is None:
         print("py-spy is not installed (pip install py-spy)", file=sys.stderr)
         return 1
-    model, cargs, runs, deltas, what = _plan(paced, requests)
+    model, cargs, runs, deltas, what = _plan(paced, requests, paths)
     with tempfile.TemporaryDirectory(prefix="relay-profile-") as tmpdir:
         tmp = Path(tmpdir)
         p = start(tmp)
