@@ -90,6 +90,9 @@ TEMPLATE_TRIES = 4
 #: the lowest log-probability relayed (-Infinity is not JSON)
 _LOWEST = -sys.float_info.max
 MAX_TOOL_CALLS = 1024
+#: bounds of the scrubbed model ids kept per app (PipelineSettings.identifiers)
+IDENTIFIER_CACHE_SIZE = 256
+IDENTIFIER_CACHE_CHARS = 256
 #: characters of one text fed to a rewriter between two pauses (≈ 10–50 ms of work for
 #: the worst inputs measured, ≈ 3 s per MB)
 FEED_SLICE = 16_384
@@ -122,6 +125,9 @@ class PipelineSettings:
     extra_chunk_keys: frozenset[str] = frozenset()
     logprobs: bool = False
     max_json_depth: int = 64
+    #: model ids already scrubbed (a pure function of the id and the detector): each
+    #: stream's first chunk names the model, and scrubbing one cost ~25 µs a request
+    identifiers: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def build(
@@ -234,8 +240,18 @@ class Scrubber:
         return rw.feed(text) + rw.flush()
 
     def identifier(self, text: str) -> str:
-        """An identifier (a model id): :func:`gateway.rewrite.scrub_identifier`."""
-        return scrub_identifier(text, self.names)
+        """An identifier (a model id): :func:`gateway.rewrite.scrub_identifier`, kept
+        per app for ids of up to :data:`IDENTIFIER_CACHE_CHARS` characters (at most
+        :data:`IDENTIFIER_CACHE_SIZE` of them)."""
+        cache = self.settings.identifiers
+        done = cache.get(text)
+        if done is None:
+            done = scrub_identifier(text, self.names)
+            if len(text) <= IDENTIFIER_CACHE_CHARS:
+                if len(cache) >= IDENTIFIER_CACHE_SIZE:
+                    cache.clear()
+                cache[text] = done
+        return done
 
     async def text(self, text: str, *, name_only: bool = False, field: bool = False) -> str:
         """One-shot rewrite of a complete string. ``field``: a JSON field's value, where
@@ -378,14 +394,16 @@ class ChatPipeline(Scrubber):
         one text event, nothing else (unknown keys are dropped there too; this path is
         off when extra keys or log-probabilities are relayed)."""
         state = self._choices.get(0)
-        rw = state.channels.get("content") if state is not None and not state.finished else None
-        if rw is None:
+        if state is None or state.finished:
             return None
         text = self._from_template(data)
         if text is None:
             text = self._parse_plain(data)
             if text is None:
                 return None
+        rw = state.channels.get("content")
+        if rw is None:  # the first content (the role's chunk had none): as _feed_text does
+            rw = state.channels["content"] = self.rewriter()
         return rw.feed_pieces(text)
 
     def _from_template(self, data: str) -> str | None:

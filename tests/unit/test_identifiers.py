@@ -183,3 +183,29 @@ def test_no_folder_of_a_glued_path_shows_past_a_path_inside_it(
             if pathgen.leaked(shown, secrets):
                 leaks.append((word + glue + spell(path), shown))
     assert not leaks, leaks[:5]
+
+
+def test_the_pipelines_cache_of_scrubbed_ids_gives_what_scrubbing_gives() -> None:
+    """Model ids are scrubbed once per app (PipelineSettings.identifiers): a cached
+    answer is the scrubber's, the cache stays bounded and long ids are not kept."""
+    from gateway import pipeline as pl
+    from tests import pipegen
+
+    settings = pl.PipelineSettings()
+    ids = [
+        "gpt-4o",
+        "/Users/alice/models/secret/llama.gguf",
+        "C:\\Users\\bob\\m\\x.bin",
+        "org/model:latest",
+        "a" * 300 + "/home/carol/private/m.bin",
+    ]
+    for _ in range(2):  # the second round from the cache
+        for text in ids:
+            scrubber = pl.ChatPipeline(pipegen.StubLinks(), settings)
+            assert scrubber.identifier(text) == scrub_identifier(text, scrubber.names)
+    assert not any(n in v for v in settings.identifiers.values() for n in ("alice", "bob"))
+    assert ids[-1] not in settings.identifiers  # longer than IDENTIFIER_CACHE_CHARS
+    scrubber = pl.ChatPipeline(pipegen.StubLinks(), settings)
+    for i in range(pl.IDENTIFIER_CACHE_SIZE * 2 + 5):
+        scrubber.identifier(f"model-{i}")
+    assert len(settings.identifiers) <= pl.IDENTIFIER_CACHE_SIZE

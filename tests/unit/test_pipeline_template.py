@@ -137,18 +137,22 @@ def test_the_template_is_learnt_once_and_used_for_every_plain_delta() -> None:
     assert pipeline._template is not None
 
 
-def test_a_content_key_elsewhere_or_twice_is_never_a_template() -> None:
-    for data in (
-        json.dumps(_chunk({"content": "x"}, {"id": "c1", "x": {"content": "y"}}, {})),
-        json.dumps(_chunk({"content": "x"}, {"id": "c1"}, {"logprobs": {"content": []}})),
-        '{"id":"c1","choices":[{"index":0,"delta":{"con\\u0074ent":"x"},"content":"x"}]}',
-    ):
-        pipeline = ChatPipeline(pipegen.StubLinks())
-        role = json.loads(data)
+def test_a_content_key_elsewhere_is_never_read_as_the_delta() -> None:
+    """Another object's ``content`` (before or after the delta's, escaped or not) that
+    changes from chunk to chunk while the delta's text does not."""
+    shapes = (
+        '{"id":"c1","x":{"content":"%s"},"choices":[{"index":0,"delta":{"content":"x"}}]}',
+        '{"id":"c1","choices":[{"index":0,"delta":{"content":"x"},"logprobs":{"content":"%s"}}]}',
+        '{"id":"c1","choices":[{"index":0,"delta":{"con\\u0074ent":"x"},"content":"%s"}]}',
+        '{"id":"c1","choices":[{"content":"%s","index":0,"delta":{"con\\u0074ent":"x"}}]}',
+    )
+    for shape in shapes:
+        role = json.loads(shape % "x")
         role["choices"][0]["delta"] = {"role": "assistant"}
-        pipegen.run_sync(pipeline.feed([SSEEvent(json.dumps(role))]))
-        pipegen.run_sync(pipeline.feed([SSEEvent(data)]))
-        assert pipeline._template is None, data
+        reads = [[json.dumps(role)], *([shape % v] for v in ("x", "x", "secret1", "secret2"))]
+        fast, general = _both(reads)
+        assert fast == general, shape
+        assert "secret" not in repr(fast)
 
 
 def test_a_decoy_content_key_before_the_delta_is_not_learnt() -> None:
