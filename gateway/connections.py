@@ -83,6 +83,7 @@ from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import parse_socket_addr
 
+from gateway import accept
 from gateway.exchange import (
     BODY_KEY,
     DISCARD_LIMIT,
@@ -110,6 +111,9 @@ LINGER_SECONDS = 2.0
 LINGER_BYTES = 16 * 1024 * 1024
 #: after a read deadline: how long to look for bytes that did arrive in time
 GRACE_READ_SECONDS = 0.05
+#: reads in a row that found bytes waiting (no wait, so no scheduler round) before the
+#: reader yields once anyway: a client that never stops sending cannot starve the rest
+QUICK_READS = 8
 #: connections beyond ``max_connections`` answered with a 503 at the same time, at most
 MAX_REFUSING = 256
 #: descriptors a relayed stream holds (client connection + upstream connection)
@@ -576,6 +580,7 @@ class GatewayTCPServer(TCPServer):
     _idle_until = math.inf
     #: the request being served on the lean path (gateway.exchange), if any
     _exchange: LeanExchange | None = None
+    _quick_reads = 0
 
     async def run(self) -> None:
         policy = policy_of(self.config)
@@ -692,7 +697,7 @@ class GatewayTCPServer(TCPServer):
             with trio.CancelScope(deadline=self._read_deadline()) as scope:
                 self._read_scope = scope
                 try:
-                    data = await self.stream.receive_some(MAX_RECV)
+                    data = await self._receive()
                 except (trio.ClosedResourceError, trio.BrokenResourceError):
                     break
             self._read_scope = None
@@ -702,7 +707,7 @@ class GatewayTCPServer(TCPServer):
                 # time were never looked at. Only bytes not there yet are "too slow".
                 with trio.move_on_after(GRACE_READ_SECONDS) as grace:
                     try:
-                        data = await self.stream.receive_some(MAX_RECV)
+                        data = await self._receive()
                     except (trio.ClosedResourceError, trio.BrokenResourceError):
                         break
                 if grace.cancelled_caught:
@@ -740,6 +745,31 @@ class GatewayTCPServer(TCPServer):
         if self._exchange is not None:  # EOF, a reset, a timeout: the client is gone
             self._exchange.client_left()
         await proto.handle(Closed())
+
+    async def _receive(self) -> bytes | bytearray:
+        """The next bytes from the client (b"" at EOF), as ``stream.receive_some`` reads
+        them but without its scheduler round when they are already there: trio yields
+        after every successful socket call, and a new connection's first read (its head
+        came with the handshake) was one round more per connection. Bytes waiting are
+        taken even after the read's deadline (only bytes not there yet are too slow);
+        every :data:`QUICK_READS` reads without a wait yield once."""
+        sock = _readable_socket(self.stream)
+        if sock is None:  # TLS or a test's stream: trio's own read
+            return await self.stream.receive_some(MAX_RECV)
+        if self._quick_reads >= QUICK_READS:
+            self._quick_reads = 0
+            await trio.lowlevel.checkpoint()
+        while True:
+            try:
+                data: bytes = sock.recv(MAX_RECV)
+            except BlockingIOError:
+                self._quick_reads = 0
+                await trio.lowlevel.wait_readable(sock)  # the checkpoint: cancel, deadline
+                continue
+            except OSError as exc:  # a reset, or closed under us: as trio reports them
+                raise trio.BrokenResourceError(str(exc)) from exc
+            self._quick_reads += 1
+            return data
 
     # The lean path (gateway.exchange): a plain head for a lean route, whole in one read
     # at a request boundary, is served without h11 (which stays IDLE) and hypercorn's
@@ -1037,6 +1067,14 @@ class GatewayTCPServer(TCPServer):
         return True
 
 
+def _readable_socket(stream: object) -> Any:
+    """The OS socket under a plain trio TCP stream (reads after ``send_eof`` too), or
+    None (TLS, anything else)."""
+    if type(stream) is not trio.SocketStream:
+        return None
+    return getattr(stream.socket, "_sock", None)
+
+
 def _raw_socket(stream: object) -> Any:
     """The OS socket under a plain trio TCP stream that may be written to now, or None
     (TLS, a stream after ``send_eof``, anything else: the bounded path)."""
@@ -1068,6 +1106,8 @@ def install() -> bool:
         )
         return False
     hyper_run.TCPServer = GatewayTCPServer  # type: ignore[attr-defined]
+    if not accept.install(hyper_run):  # pragma: no cover - a hypercorn we do not know
+        log.warning("hypercorn's trio worker serves its listeners with trio's own loop")
     _quiet_accept_errors()
     return True
 
