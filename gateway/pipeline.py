@@ -284,7 +284,7 @@ class Scrubber:
 
 def _skip_ws(text: str, at: int) -> int:
     """The first index from ``at`` that is not JSON whitespace."""
-    while text[at : at + 1] in (" ", "\t", "\n", "\r") and at < len(text):
+    while at < len(text) and text[at] in " \t\n\r":
         at += 1
     return at
 
@@ -326,7 +326,8 @@ class ChatPipeline(Scrubber):
         self._choices: dict[int, _Choice] = {}
         self._meta_raw: tuple[object, ...] | None = None
         self._meta_sent = False
-        #: (text before, text after) a plain delta's content string; see _from_template
+        #: the text before and after a plain delta's content string, and the metadata
+        #: it was learnt under (see _from_template)
         self._template: tuple[str, str, tuple[object, ...] | None] | None = None
         self._template_tries = TEMPLATE_TRIES
         self.meta = Meta(id="chatcmpl-" + secrets.token_hex(12), created=int(time.time()))
