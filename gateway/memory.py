@@ -14,8 +14,6 @@ most once a second, ~1 ms each time.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,17 +21,15 @@ import trio
 
 __all__ = ["release_free_memory", "release_when_idle"]
 
-log = logging.getLogger("gateway.memory")
-
 #: how long the process must have been without a request before it trims
 SETTLE_SECONDS = 1.0
 
 
 def _load_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
+    """The C library's ``malloc_trim`` among the process's symbols (``dlopen(NULL)``:
+    no library search, which would run ``ldconfig``), or None."""
     try:
-        libc = ctypes.CDLL(name)
-        trim: Any = libc.malloc_trim
+        trim: Any = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError, TypeError):
         return None
     trim.argtypes = [ctypes.c_size_t]
