@@ -92,3 +92,13 @@ def paths_for_links(text: str, manifest: dict[str, Any], files: DemoFiles) -> st
         text = link.sub(lambda m, path=path: path, text)
         text = text.replace(art["url"], path)
     return text
+
+
+async def tick_forever(log: list[str]) -> None:
+    """Append ``"."`` to ``log`` each time the scheduler runs this task (a probe of how
+    long another task goes without yielding)."""
+    import trio
+
+    while True:
+        log.append(".")
+        await trio.lowlevel.checkpoint()

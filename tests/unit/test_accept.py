@@ -14,6 +14,7 @@ import socket
 import trio
 
 from gateway import accept
+from tests.helpers import tick_forever
 
 
 def _clients(port: int, n: int) -> list[socket.socket]:
@@ -42,13 +43,8 @@ async def test_a_burst_is_taken_whole_and_never_starves_the_rest() -> None:
         if len(streams) % 2:
             await stream.aclose()  # the other half is closed by the loop
 
-    async def ticker() -> None:
-        while True:
-            log.append(".")
-            await trio.lowlevel.checkpoint()
-
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(ticker)
+        nursery.start_soon(tick_forever, log)
         await nursery.start(accept.serve_listeners, handler, listeners)
         await all_in.wait()
         nursery.cancel_scope.cancel()

@@ -3,7 +3,9 @@ while requests run (virtual time: trio's autojump clock)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
@@ -32,12 +34,20 @@ def trims(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return calls
 
 
+@contextlib.asynccontextmanager
+async def trimming(app: FakeApp) -> AsyncIterator[None]:
+    """``release_when_idle`` watching ``app`` for the block's duration."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(memory.release_when_idle, [app])
+        yield
+        nursery.cancel_scope.cancel()
+
+
 async def test_trims_after_start_up_then_after_each_busy_spell(
     autojump_clock: trio.testing.MockClock, trims: list[float]
 ) -> None:
     app = FakeApp()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(memory.release_when_idle, [app])
+    async with trimming(app):
         await trio.sleep(10)
         assert len(trims) == 1  # after start-up, once, however long it stays idle
         app.requests_started += 1
@@ -49,15 +59,13 @@ async def test_trims_after_start_up_then_after_each_busy_spell(
         await trio.sleep(10)
         assert len(trims) == 2
         assert trims[1] - t_idle >= memory.SETTLE_SECONDS
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_request_during_the_settle_time_postpones_the_trim(
     autojump_clock: trio.testing.MockClock, trims: list[float]
 ) -> None:
     app = FakeApp()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(memory.release_when_idle, [app])
+    async with trimming(app):
         await trio.sleep(0.5)
         for _ in range(20):  # a request every 0.6 s: never a whole idle second
             app.requests_started += 1
@@ -65,7 +73,6 @@ async def test_a_request_during_the_settle_time_postpones_the_trim(
         assert trims == []
         await trio.sleep(5)
         assert len(trims) == 1
-        nursery.cancel_scope.cancel()
 
 
 async def test_without_malloc_trim_it_returns_at_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,7 @@ import trio
 
 from gateway import connections
 from gateway.connections import QUICK_READS, GatewayTCPServer
+from tests.helpers import tick_forever
 
 
 def _reader(stream: trio.SocketStream) -> GatewayTCPServer:
@@ -30,13 +31,8 @@ async def test_a_flood_never_starves_the_other_tasks(monkeypatch: pytest.MonkeyP
     b.close()
     log: list[str] = []
 
-    async def ticker() -> None:
-        while True:
-            log.append(".")
-            await trio.lowlevel.checkpoint()
-
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(ticker)
+        nursery.start_soon(tick_forever, log)
         await trio.lowlevel.checkpoint()
         while await reader._receive():
             log.append("r")
