@@ -3,7 +3,9 @@
 Used after a restart (runbook: wait for health, then doctor, then smoke) and by the
 harness's health-recovery scenario. One try = one GET with its own timeout; tries are
 ``interval`` seconds apart (start to start), so "healthy on try 4" means "about 3 s
-after the poller started".
+after the poller started". An answer no later try can change (a 4xx other than 408 and
+429: a server is up, but this URL is not its health endpoint, or needs a key) ends the
+polling at once, with a hint when the path is not the gateway's ``/health``.
 """
 
 from __future__ import annotations
@@ -45,6 +47,21 @@ def _describe(exc: httpx.HTTPError) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+#: statuses after which trying again can give another answer (besides 5xx)
+_TRANSIENT = frozenset({408, 425, 429})
+_HEALTH_PATHS = ("/health", "/health/ready")
+
+
+def _final(url: str, status: int) -> str | None:
+    """Why polling ``url`` again is pointless after ``status`` (None: it is not)."""
+    if not 400 <= status < 500 or status in _TRANSIENT:
+        return None
+    path = httpx.URL(url).path.rstrip("/") or "/"
+    if path not in _HEALTH_PATHS:
+        return f"a server answered, but {path} is not a health endpoint: try /health"
+    return "a server answered: polling again would not change it"
+
+
 def poll_health(
     url: str,
     *,
@@ -72,6 +89,11 @@ def poll_health(
                 if 200 <= status < 300:
                     return HealthResult(True, n, time.monotonic() - t0, status, detail)
                 detail = f"HTTP {status} {detail}"
+                why = _final(url, status)
+                if why is not None:
+                    return HealthResult(
+                        False, n, time.monotonic() - t0, status, f"{detail} ({why})"
+                    )
             except httpx.HTTPError as exc:
                 status = None
                 detail = _describe(exc)

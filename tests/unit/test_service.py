@@ -472,6 +472,34 @@ def test_poll_health_never() -> None:
     assert "not healthy after 3 tries" in res.summary("http://gw/health/ready", 3)
 
 
+@pytest.mark.parametrize(
+    ("url", "status", "tries", "hint"),
+    [
+        ("http://gw:8642", 404, 1, "/ is not a health endpoint: try /health"),
+        ("http://gw:8642/v1/models", 401, 1, "/v1/models is not a health endpoint"),
+        ("http://gw:8642/health", 404, 1, "polling again would not change it"),
+        ("http://gw:8642/health", 429, 3, None),  # may change: tried again
+        ("http://gw:8642/health", 408, 3, None),
+        ("http://gw:8642/health", 502, 3, None),
+    ],
+)
+def test_poll_health_stops_at_an_answer_that_cannot_change(
+    url: str, status: int, tries: int, hint: str | None
+) -> None:
+    """A server that answers 4xx (not 408/429) is up and this URL is wrong: no 30 s of
+    retries, and the summary says what to try."""
+    res = poll_health(
+        url,
+        tries=3,
+        interval=0,
+        transport=httpx.MockTransport(lambda r: httpx.Response(status, json={"error": "x"})),
+        sleep=lambda s: None,
+    )
+    assert not res.healthy and res.tries == tries and res.status == status
+    summary = res.summary(url, 3)
+    assert (hint in summary) if hint else ("(" not in summary.split("->", 1)[1])
+
+
 # --------------------------------------------------------------------------- smoke
 
 
