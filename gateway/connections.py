@@ -1078,12 +1078,9 @@ def _readable_socket(stream: object) -> Any:
 def _raw_socket(stream: object) -> Any:
     """The OS socket under a plain trio TCP stream that may be written to now, or None
     (TLS, a stream after ``send_eof``, anything else: the bounded path)."""
-    if type(stream) is not trio.SocketStream:
+    if type(stream) is not trio.SocketStream or stream.socket.did_shutdown_SHUT_WR:
         return None
-    tsock: Any = stream.socket
-    if tsock.did_shutdown_SHUT_WR:
-        return None
-    return getattr(tsock, "_sock", None)
+    return _readable_socket(stream)
 
 
 # --------------------------------------------------------------------------- process level
