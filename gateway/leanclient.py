@@ -137,6 +137,21 @@ class LeanResponse:
                 return payload
         raise StopAsyncIteration
 
+    def take_nowait(self) -> bytes:
+        """What ``__anext__`` would return from bytes already received, without a read:
+        :class:`trio.WouldBlock` when it would have to wait for the socket,
+        ``StopAsyncIteration`` at the end of the body. (A short answer usually came
+        whole with its head: the relay sends it on without a task or a round.)"""
+        while not self._done and not self.is_closed:
+            data = self._pending
+            if not data:
+                raise trio.WouldBlock
+            self._pending = b""
+            payload = self._take(data)
+            if payload:
+                return payload
+        raise StopAsyncIteration
+
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body decoded (``Content-Encoding``), as httpx's ``aiter_bytes``."""
         decoders = _decoders(self.headers.get("content-encoding", ""))

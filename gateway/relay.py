@@ -15,9 +15,13 @@ journaled. The parts:
   ``encode(events)``, ``keepalive``, and exactly one terminal call, ``end``, ``fail``
   or ``cancel``, whose output is the stream's last write.
 
-Entering the relay opens a nursery in the task that consumes it (see STACK-NOTES:
-never yield from inside a nursery in a body generator; a context manager entered and
-exited by the sending task is safe). One producer task reads, feeds the stage, encodes
+Entering the relay first does, in the consuming task, what needs no wait: the front's
+start and every item a source with a ``read_nowait`` already holds (the lean upstream
+client's bytes that came with the response head). A stream that ends there (a short
+answer) is queued whole, with no task, nursery or scheduler round. Otherwise entering
+opens a nursery in the task that consumes it (see STACK-NOTES: never yield from inside
+a nursery in a body generator; a context manager entered and exited by the sending
+task is safe). One producer task reads, feeds the stage, encodes
 and queues the output without a checkpoint while there is room (``send_nowait``), so
 everything that arrived in one socket read leaves in one write; the consumer joins
 what is already queued and never waits for more, so nothing is delayed. The stream's
@@ -60,6 +64,9 @@ Out_co = TypeVar("Out_co", covariant=True)
 
 
 class Source(Protocol[In_co]):
+    """``read`` waits for the next item (None at the end). A source may also have
+    ``read_nowait()``: the same from what it holds already, or :class:`trio.WouldBlock`."""
+
     async def read(self) -> In_co | None: ...
 
     async def aclose(self) -> None: ...
@@ -164,6 +171,7 @@ class Relay(Generic[In, Ev, Out]):
         self._last_tick = 0.0
         self._got_data = False
         self._terminated = False
+        self._started = False  # the front's start is queued
         self._timer: TimerHandle | None = None
         #: set once the producer has done what it could without waiting (first_step)
         self._begun: trio.Event | None = trio.Event()
@@ -173,10 +181,16 @@ class Relay(Generic[In, Ev, Out]):
 
     async def __aenter__(self) -> Relay[In, Ev, Out]:
         self._last_data = self._last_tick = trio.current_time()
-        self._nursery_cm = trio.open_nursery()
-        nursery = self._nursery = await self._nursery_cm.__aenter__()
-        nursery.start_soon(self._produce)
         self._timer = clock().add(self, self._next(), self._opts.draining)
+        try:
+            if await self._inline():
+                return self  # the whole stream is queued: no task, no nursery
+            self._nursery_cm = trio.open_nursery()
+            nursery = self._nursery = await self._nursery_cm.__aenter__()
+        except BaseException:
+            await self._release()
+            raise
+        nursery.start_soon(self._produce)
         return self
 
     async def __aexit__(
@@ -185,8 +199,10 @@ class Relay(Generic[In, Ev, Out]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
-        assert self._nursery is not None and self._nursery_cm is not None
         try:
+            if self._nursery_cm is None:
+                return False  # done inline: no producer to wait for
+            assert self._nursery is not None
             if not self._out.send_closed:  # the producer has more: abandon it (trio's
                 # cancel formats the current task's repr for its reason: not for nothing)
                 self._nursery.cancel_scope.cancel()
@@ -196,13 +212,55 @@ class Relay(Generic[In, Ev, Out]):
                 _raise_single(eg)
                 raise  # pragma: no cover - _raise_single always raises
         finally:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._out.close_receive()
-            if self._opts.on_held is not None:
-                self._opts.on_held(0)
-            with trio.CancelScope(shield=True):
-                await self._source.aclose()
+            await self._release()
+
+    async def _release(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._out.close_receive()
+        if self._opts.on_held is not None:
+            self._opts.on_held(0)
+        with trio.CancelScope(shield=True):
+            await self._source.aclose()
+
+    async def _inline(self) -> bool:
+        """The producer's first part, in the consumer's task: when the source holds
+        items already (its ``read_nowait``, if it has one), the front's start and those
+        items. True if the stream ended there (its terminal queued): a short answer that
+        came whole with the upstream's head needs no producer task, nursery or round.
+
+        It stops while the queue still has room for one item's output and a terminal,
+        so no push here ever waits (the consumer is this task)."""
+        read_nowait: Callable[[], In | None] | None = getattr(self._source, "read_nowait", None)
+        if read_nowait is None or self._stop is not None:
+            return False
+        try:
+            try:
+                item = read_nowait()
+            except trio.WouldBlock:
+                return False  # nothing held: the producer starts the stream
+            await self._start()
+            while not await self._handle(item):
+                if self._stop is not None:
+                    await self._terminal(self._stop[0])
+                    break
+                if len(self._out) > OUT_BUFFER - 2:
+                    return False
+                try:
+                    item = read_nowait()
+                except trio.WouldBlock:
+                    return False
+        except GatewayError as exc:
+            await self._start()
+            await self._terminal(exc)
+        self._out.close_send()
+        self._begin()
+        return True
+
+    async def _start(self) -> None:
+        if not self._started:
+            self._started = True
+            await self._push(self._front.start())
 
     # -- consumer ------------------------------------------------------------------
 
@@ -321,7 +379,7 @@ class Relay(Generic[In, Ev, Out]):
 
     async def _produce(self) -> None:
         try:
-            await self._push(self._front.start())
+            await self._start()
             await self._loop()
         except GatewayError as exc:
             await self._terminal(exc)

@@ -58,16 +58,37 @@ class SSESource:
         try:
             data = await self._chunks.__anext__()
         except StopAsyncIteration:
-            if self._decoder.cut_event:  # the body ended inside an event: a cut, not an end
-                raise UpstreamError(
-                    "The upstream stream ended in the middle of an event.",
-                    code="upstream_disconnected",
-                ) from None
-            self._decoder.close()
+            self._end()
             return None
         except Exception as exc:  # httpx and OS errors: translated at this boundary
             raise translate(exc) from exc
         return self._decoder.feed(data) if data else []
+
+    def read_nowait(self) -> list[SSEEvent] | None:
+        """What :meth:`read` would return from bytes already received (the lean
+        client's), or :class:`trio.WouldBlock` when it would have to wait."""
+        take = getattr(self._chunks, "take_nowait", None)
+        if take is None:
+            raise trio.WouldBlock
+        try:
+            data = take()
+        except StopAsyncIteration:
+            self._end()
+            return None
+        except trio.WouldBlock:
+            raise
+        except Exception as exc:
+            raise translate(exc) from exc
+        return self._decoder.feed(data) if data else []
+
+    def _end(self) -> None:
+        """The body ended: an error if it ended inside an event."""
+        if self._decoder.cut_event:  # the body ended inside an event: a cut, not an end
+            raise UpstreamError(
+                "The upstream stream ended in the middle of an event.",
+                code="upstream_disconnected",
+            ) from None
+        self._decoder.close()
 
     async def aclose(self) -> None:
         if self._closed:

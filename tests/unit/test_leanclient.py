@@ -255,3 +255,71 @@ async def test_a_body_left_at_its_last_event_is_finished_if_already_here() -> No
         await resp.aclose()  # the end is not here yet: never waited for, closed
         assert not u._lean._idle  # type: ignore[union-attr]
         await u.aclose()
+
+
+async def events_nowait_first(u: Upstream, taken: list[int] | None = None) -> Any:
+    """As :func:`outcome`, but every read tries ``read_nowait`` first (the relay's
+    inline start does): the same events or the same error must come out."""
+    try:
+        resp = await u.open_chat_stream(BODY_IN, "principal-1")
+        source = SSESource.from_response(resp, max_event_bytes=1 << 20)
+        out: list[bytes] = []
+        try:
+            while True:
+                try:
+                    batch = source.read_nowait()
+                    if taken is not None:
+                        taken.append(1)
+                except trio.WouldBlock:
+                    batch = await source.read()
+                if batch is None:
+                    return out
+                out.extend(e.data.encode() for e in batch)
+        finally:
+            await source.aclose()
+    except GatewayError as exc:
+        return (exc.code, exc.status, str(exc), exc.retry_after)
+
+
+@pytest.mark.parametrize("name", [*ERRORS, *(f"cuts-{i}" for i in range(len(CUTS)))])
+async def test_read_nowait_first_gives_what_read_gives(name: str) -> None:
+    if name.startswith("cuts-"):
+        writes = [HEAD, *split(BODY, *CUTS[int(name[5:])])]
+    else:
+        writes = ERRORS[name]
+    async with raw_server(lambda n: writes, close_after=True) as srv:
+        u = upstream(srv.url, lean=True)
+        try:
+            assert await events_nowait_first(u) == await outcome(u), name
+        finally:
+            await u.aclose()
+
+
+async def test_an_answer_that_came_with_its_head_is_read_without_waiting() -> None:
+    async with raw_server(lambda n: [HEAD + BODY]) as srv:
+        u = upstream(srv.url, lean=True)
+        try:
+            resp = await u.open_chat_stream(BODY_IN, "principal-1")
+            source = SSESource.from_response(resp, max_event_bytes=1 << 20)
+            try:
+                got: list[bytes] = []
+                while (batch := source.read_nowait()) is not None:  # never WouldBlock
+                    got.extend(e.data.encode() for e in batch)
+            finally:
+                await source.aclose()
+            assert got == await events_of(u)
+            assert len(srv.connections) == 1  # read to its end: the connection was reused
+        finally:
+            await u.aclose()
+
+
+async def test_a_gzip_body_is_never_read_without_waiting() -> None:
+    writes = ERRORS["gzip-sse"]
+    async with raw_server(lambda n: writes, close_after=True) as srv:
+        u = upstream(srv.url, lean=True)
+        try:
+            taken: list[int] = []
+            assert await events_nowait_first(u, taken) == await outcome(u)
+            assert taken == []  # decoded by httpx's decoders: the waiting path only
+        finally:
+            await u.aclose()

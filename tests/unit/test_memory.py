@@ -4,7 +4,9 @@ while requests run (virtual time: trio's autojump clock)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import sys
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -13,6 +15,8 @@ import trio
 import trio.testing
 
 from gateway import memory
+
+REAL_FREEZE = memory.freeze_start_up
 
 
 @dataclass
@@ -31,6 +35,14 @@ def trims(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         return 1
 
     monkeypatch.setattr(memory, "_TRIM", fake)
+    return calls
+
+
+@pytest.fixture(autouse=True)
+def freezes(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The freeze after start-up, recorded instead of done (this is pytest's process)."""
+    calls: list[float] = []
+    monkeypatch.setattr(memory, "freeze_start_up", lambda: calls.append(trio.current_time()))
     return calls
 
 
@@ -75,11 +87,42 @@ async def test_a_request_during_the_settle_time_postpones_the_trim(
         assert len(trims) == 1
 
 
-async def test_without_malloc_trim_it_returns_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_start_up_is_frozen_once_at_the_first_trim(
+    autojump_clock: trio.testing.MockClock, trims: list[float], freezes: list[float]
+) -> None:
+    app = FakeApp()
+    async with trimming(app):
+        await trio.sleep(10)
+        app.requests_started += 1
+        await trio.sleep(10)
+    assert len(trims) == 2 and freezes == trims[:1]  # before the first trim, not again
+
+
+async def test_without_malloc_trim_it_freezes_then_returns(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch, freezes: list[float]
+) -> None:
     monkeypatch.setattr(memory, "_TRIM", None)
-    with trio.fail_after(1):
+    with trio.fail_after(10):
         await memory.release_when_idle([FakeApp()])
+    assert len(freezes) == 1
     assert memory.release_free_memory() is False
+
+
+def test_freeze_start_up_freezes_and_later_cycles_are_still_collected() -> None:
+    class Node:
+        other: Node
+
+    try:
+        REAL_FREEZE()
+        assert gc.get_freeze_count() > 0
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        ref = weakref.ref(a)
+        del a, b
+        gc.collect()
+        assert ref() is None  # a cycle made after the freeze is still collected
+    finally:
+        gc.unfreeze()  # pytest's process: back as it was
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")

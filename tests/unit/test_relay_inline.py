@@ -1,0 +1,156 @@
+"""The relay's inline start (:meth:`gateway.relay.Relay._inline`): a source that holds
+items already (``read_nowait``) has them relayed in the consumer's task, with no
+producer task when the stream ends there, and with exactly the outputs the producer
+would have made in every other case (items held, then waited for; errors; a full
+queue; a consumer cancelled mid-way)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from gateway.errors import UpstreamError
+from gateway.relay import OUT_BUFFER, Relay
+from tests.unit.test_relay import Echo, Script, Tags, opts
+
+
+class Held(Script):
+    """A :class:`Script` whose first ``held`` steps are already there (``read_nowait``);
+    the rest is read as the script says."""
+
+    def __init__(self, held: int, *steps: Any) -> None:
+        super().__init__(*steps)
+        self.held = held
+        self.nowait = 0
+
+    def read_nowait(self) -> bytes | None:
+        if self.held <= 0 or not self.steps or not _instant(self.steps[0]):
+            raise trio.WouldBlock
+        self.held -= 1
+        self.nowait += 1
+        step = self.steps.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        assert step is None or isinstance(step, bytes)
+        return step
+
+
+def _instant(step: Any) -> bool:
+    return step is None or isinstance(step, bytes | BaseException)
+
+
+class Spawns(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.names.append(task.name)
+
+
+async def _outputs(relay: Relay[Any, Any, Any], first_step: bool = True) -> list[bytes]:
+    out = []
+    with trio.fail_after(1000):  # a relay waiting on itself fails (autojump: at once)
+        async with relay as outputs:
+            if first_step:
+                await relay.first_step()
+            async for o in outputs:
+                out.append(o)
+    return out
+
+
+async def test_a_whole_short_answer_is_relayed_without_a_task() -> None:
+    source = Held(10, b"a", b"b", None)
+    spawns = Spawns()
+    trio.lowlevel.add_instrument(spawns)
+    try:
+        relay = Relay(source, Echo(), Tags(), opts())
+        async with relay as outputs:
+            assert relay.ready() and relay._nursery is None
+            got = [o async for o in outputs]
+    finally:
+        trio.lowlevel.remove_instrument(spawns)
+    assert got == [b"S|E:a|E:b|E:held|END|"]  # queued together: joined, one write
+    assert not [n for n in spawns.names if "_produce" in n]
+    assert source.nowait == 3 and source.reads == 0 and source.closed == 1
+
+
+async def test_nothing_held_starts_the_producer_as_before() -> None:
+    source = Held(0, b"a", None)
+    assert await _outputs(Relay(source, Echo(), Tags(), opts())) == [b"S|E:a|E:held|END|"]
+    assert source.nowait == 0 and source.reads == 2
+
+
+async def test_held_items_then_a_wait_go_on_in_the_producer(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    source = Held(2, b"a", b"b", 5, b"c", None)
+    got = await _outputs(Relay(source, Echo(), Tags(), opts()))
+    assert b"".join(got) == b"S|E:a|E:b|E:c|E:held|END|"
+    assert got[0] == b"S|E:a|E:b|"  # what was held leaves with the head
+    assert source.nowait == 2
+
+
+async def test_an_error_held_ends_the_stream_with_its_code() -> None:
+    source = Held(5, b"a", UpstreamError("cut", code="upstream_disconnected"))
+    got = await _outputs(Relay(source, Echo(), Tags(), opts()))
+    assert got == [b"S|E:a|E:held|FAIL:upstream_disconnected|"]
+    assert source.closed == 1
+
+
+async def test_an_error_step_held_ends_the_stream() -> None:
+    source = Held(5, b"a", b"ERR", b"never")
+    got = await _outputs(Relay(source, Echo(), Tags(), opts()))
+    assert got == [b"S|E:a|E:before-error|E:held|FAIL:upstream_error|"]
+
+
+async def test_more_held_than_the_queue_holds_never_waits_on_itself() -> None:
+    items = [b"%d" % i for i in range(5 * OUT_BUFFER)]
+    source = Held(10**6, *items, None)
+    with trio.fail_after(5):  # a push that waited for this task would hang here
+        got = await _outputs(Relay(source, Echo(), Tags(), opts()))
+    expected = b"S|" + b"".join(b"E:" + i + b"|" for i in items) + b"E:held|END|"
+    assert b"".join(got) == expected
+    assert OUT_BUFFER - 2 <= source.nowait < len(items)  # the producer read the rest
+
+
+async def test_a_stop_before_entering_leaves_the_start_to_the_producer() -> None:
+    source = Held(5, b"a", None)
+    relay = Relay(source, Echo(), Tags(), opts())
+    relay.stop()
+    assert await _outputs(relay) == [b"S|E:held|CANCEL|"]
+    assert source.nowait == 0
+
+
+async def test_a_consumer_cancelled_while_a_held_item_is_fed_releases_the_source() -> None:
+    class SlowEcho(Echo):
+        async def feed(self, item: bytes) -> Any:
+            await trio.sleep_forever()
+
+    source = Held(5, b"a", None)
+    relay = Relay(source, SlowEcho(), Tags(), opts())
+    with trio.move_on_after(0.05):
+        async with relay:
+            pytest.fail("entered although the stage never returned")  # pragma: no cover
+    assert source.closed == 1
+    assert relay._timer is not None and relay._timer.target is None  # off the clock
+
+
+@pytest.mark.parametrize("seed", range(40))
+async def test_any_held_prefix_gives_the_outputs_of_the_producer(
+    seed: int, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Seeded scripts (items, waits, an error or the end): the joined outputs are the
+    same whatever part of the script is held, and the same as without ``read_nowait``."""
+    rnd = random.Random(seed)
+    steps: list[Any] = []
+    for _ in range(rnd.randrange(0, 40)):
+        steps.append(rnd.choice([b"x", b"y", b"z", 1, b"ERR" if rnd.random() < 0.05 else b"w"]))
+    steps.append(rnd.choice([None, None, b"DONE", UpstreamError("cut", code="upstream_error")]))
+    plain = b"".join(await _outputs(Relay(Script(*steps), Echo(), Tags(), opts())))
+    for held in (0, 1, rnd.randrange(0, 50), 10**6):
+        got = b"".join(await _outputs(Relay(Held(held, *steps), Echo(), Tags(), opts())))
+        assert got == plain, (held, steps)
