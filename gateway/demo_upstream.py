@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import struct
 import sys
@@ -624,12 +625,17 @@ def create_demo_upstream_app(
     """Create the demo upstream app and write its files.
 
     ``outside_dir`` holds the one file outside the artifact root; when ``None`` a new
-    temporary directory is made (and left behind). ``chunk_delay`` is the pause in
-    seconds between body writes.
+    temporary directory is made, and removed when the app stops serving.
+    ``chunk_delay`` is the pause in seconds between body writes.
     """
-    if outside_dir is None:
-        outside_dir = Path(tempfile.mkdtemp(prefix="demo-upstream-outside-"))
     app = DemoUpstreamApp(__name__)
+    if outside_dir is None:
+        made = outside_dir = Path(tempfile.mkdtemp(prefix="demo-upstream-outside-"))
+
+        @app.after_serving
+        async def _remove_outside_dir() -> None:
+            shutil.rmtree(made, ignore_errors=True)
+
     app.config["RESPONSE_TIMEOUT"] = None
     app.demo_files = write_demo_files(artifact_root, outside_dir)
     app.chunk_delay = chunk_delay

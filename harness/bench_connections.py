@@ -384,7 +384,7 @@ def _upstream_main(port: int, root: Path) -> int:
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    app = create_demo_upstream_app(root, chunk_delay=0.0)
+    app = create_demo_upstream_app(root, outside_dir=root.parent / "outside", chunk_delay=0.0)
 
     def ready(urls: list[list[str]]) -> None:
         print(f"upstream ready on {urls[0][0]}", flush=True)

@@ -179,6 +179,8 @@ def run(interval: float = 1.0, tries: int = 30) -> int:
             str(up_port),
             "--root",
             str(base / "artifacts"),
+            "--outside",
+            str(base / "outside"),
         ],
         f"http://127.0.0.1:{up_port}/v1/models",
         env,

@@ -761,7 +761,8 @@ class Services:
         self.ports = {name: free_port() for name in ("upstream", "gateway", "proxy")}
         cfg = self.config(extra_server)
         up = ["-m", "gateway.demo_upstream", "--port", str(self.ports["upstream"])]
-        up += ["--root", str(self.base / "artifacts"), "--chunk-delay", "0.005"]
+        up += ["--root", str(self.base / "artifacts"), "--outside", str(self.base / "outside")]
+        up += ["--chunk-delay", "0.005"]
         self.procs["upstream"] = Proc(up, self.base / "upstream.log")
         self.procs["upstream"].wait_for(r"base URL http://")
         for name, cmd in (("gateway", "run"), ("proxy", "proxy")):

@@ -10,6 +10,7 @@ import gc
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -360,3 +361,16 @@ async def test_demo_quiet_upstream_keepalive_comments(upstream: Upstream) -> Non
     )
     assert b"".join(got.raw).count(encode_comment()) == 2
     assert got.events[-1].data == "[DONE]"
+
+
+async def test_a_temporary_outside_dir_is_removed_when_it_stops_serving(tmp_path: Path) -> None:
+    app = create_demo_upstream_app(tmp_path / "artifacts", chunk_delay=0.0)
+    outside = app.demo_files.outside_txt.parent
+    assert outside.name.startswith("demo-upstream-outside-") and outside.is_dir()
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(
+            partial(serve_demo_upstream, app, "127.0.0.1", 0, shutdown_trigger=stop.wait)
+        )
+        stop.set()
+    assert not outside.exists()  # no demo-upstream-outside-* left behind in /tmp
