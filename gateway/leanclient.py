@@ -230,17 +230,25 @@ class LeanResponse:
         except (OSError, httpx.HTTPError):
             self._reusable = False
 
-    async def aclose(self) -> None:
-        """Recycle the connection (body read to the end, keep-alive) or close it."""
+    def close_nowait(self) -> bool:
+        """Recycle the connection if it can be (the body read to its end, at once if the
+        rest is here already, and keep-alive): True; else False and nothing done."""
         if self.is_closed:
-            return
-        self.is_closed = True
+            return True
         if not self._done and self._reusable:
             self._finish_nowait()
-        if self._done and self._reusable:
-            self._pool.put(self._stream)
-        else:
-            await trio.aclose_forcefully(self._stream)
+        if not (self._done and self._reusable):
+            return False
+        self.is_closed = True
+        self._pool.put(self._stream)
+        return True
+
+    async def aclose(self) -> None:
+        """Recycle the connection (body read to the end, keep-alive) or close it."""
+        if self.close_nowait():
+            return
+        self.is_closed = True
+        await trio.aclose_forcefully(self._stream)
 
 
 def _send_nowait(stream: trio.SocketStream, data: bytes) -> bytes | memoryview:

@@ -65,7 +65,8 @@ Out_co = TypeVar("Out_co", covariant=True)
 
 class Source(Protocol[In_co]):
     """``read`` waits for the next item (None at the end). A source may also have
-    ``read_nowait()``: the same from what it holds already, or :class:`trio.WouldBlock`."""
+    ``read_nowait()``: the same from what it holds already, or :class:`trio.WouldBlock`;
+    and ``close_nowait()``: close at once if that needs no wait (True), else False."""
 
     async def read(self) -> In_co | None: ...
 
@@ -220,6 +221,9 @@ class Relay(Generic[In, Ev, Out]):
         self._out.close_receive()
         if self._opts.on_held is not None:
             self._opts.on_held(0)
+        close_nowait = getattr(self._source, "close_nowait", None)
+        if close_nowait is not None and close_nowait():
+            return  # closed without a wait: no shielded scope needed
         with trio.CancelScope(shield=True):
             await self._source.aclose()
 

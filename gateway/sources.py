@@ -90,6 +90,17 @@ class SSESource:
             ) from None
         self._decoder.close()
 
+    def close_nowait(self) -> bool:
+        """Close at once if that needs no wait (the lean client's connection recycled):
+        True; else False, and :meth:`aclose` does it."""
+        if self._closed:
+            return True
+        chunks = self._chunks
+        if not isinstance(chunks, LeanResponse) or not chunks.close_nowait():
+            return False
+        self._closed = True
+        return True
+
     async def aclose(self) -> None:
         if self._closed:
             return

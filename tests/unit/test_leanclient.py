@@ -323,3 +323,26 @@ async def test_a_gzip_body_is_never_read_without_waiting() -> None:
             assert taken == []  # decoded by httpx's decoders: the waiting path only
         finally:
             await u.aclose()
+
+
+async def test_close_nowait_recycles_only_a_body_read_to_its_end() -> None:
+    async with raw_server(lambda n: [HEAD + BODY]) as srv:
+        u = upstream(srv.url, lean=True)
+        try:
+            whole = await u.open_chat_stream(BODY_IN, "principal-1")
+            assert isinstance(whole, LeanResponse)
+            assert whole.close_nowait() and whole.is_closed  # the rest was here: recycled
+            assert whole.close_nowait()  # and again: nothing to do
+        finally:
+            await u.aclose()
+    async with raw_server(lambda n: [HEAD, BODY]) as srv:  # the body comes later
+        u = upstream(srv.url, lean=True)
+        try:
+            early = await u.open_chat_stream(BODY_IN, "principal-1")
+            assert isinstance(early, LeanResponse)
+            if not early.close_nowait():  # the body was not here yet: the usual close
+                assert not early.is_closed
+                await early.aclose()
+            assert early.is_closed
+        finally:
+            await u.aclose()

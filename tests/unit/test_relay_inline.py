@@ -154,3 +154,24 @@ async def test_any_held_prefix_gives_the_outputs_of_the_producer(
     for held in (0, 1, rnd.randrange(0, 50), 10**6):
         got = b"".join(await _outputs(Relay(Held(held, *steps), Echo(), Tags(), opts())))
         assert got == plain, (held, steps)
+
+
+async def test_a_source_that_closes_without_waiting_is_not_closed_again() -> None:
+    class Quick(Held):
+        def close_nowait(self) -> bool:
+            self.closed += 1
+            return True
+
+    source = Quick(10, b"a", None)
+    assert await _outputs(Relay(source, Echo(), Tags(), opts())) == [b"S|E:a|E:held|END|"]
+    assert source.closed == 1  # close_nowait, and no aclose after it
+
+
+async def test_a_source_that_cannot_close_at_once_is_closed_the_usual_way() -> None:
+    class Slow(Held):
+        def close_nowait(self) -> bool:
+            return False
+
+    source = Slow(10, b"a", None)
+    await _outputs(Relay(source, Echo(), Tags(), opts()))
+    assert source.closed == 1  # by aclose
