@@ -81,11 +81,13 @@ def _missing_packages() -> list[str]:
     browser = os.environ.get("GATEWAY_SKIP_OPENWEBUI_INSTALL", "") in ("", "0")
     if browser and not Path("/usr/bin/chromium").exists():
         missing.append("chromium")  # the browser tests' headless Chromium
+    if shutil.which("valgrind") is None:
+        missing.append("valgrind")  # python -m harness.bench instructions (and its test)
     return missing
 
 
 def ensure_system_packages() -> None:
-    """Debian's postgresql and chromium, with one ``apt-get update``, as root only.
+    """Debian's postgresql, chromium and valgrind, with one ``apt-get update``, as root only.
 
     The package must not start a cluster of its own (``policy-rc.d`` answers 101 while
     it installs); the tests start and stop theirs. Not root, or no apt-get: a note, and

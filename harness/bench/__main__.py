@@ -21,6 +21,10 @@ def main(argv: list[str] | None = None) -> int:
         "--keep-alive", action="store_true", help="with --requests: on one kept-alive connection"
     )
     pr.add_argument("--top", type=int, default=10, help="functions listed")
+    ins = sub.add_parser(
+        "instructions", help="gateway instructions per request under callgrind (noise-free)"
+    )
+    ins.add_argument("--requests", type=int, default=200, help="requests per figure")
     lk = sub.add_parser("links", help="link minting cost and download throughput")
     lk.add_argument("--files", type=int, default=2000, help="distinct files to mint links for")
     lk.add_argument("--mb", type=int, default=50, help="size of the downloaded file")
@@ -47,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         from harness.bench.profile import main as profile_main
 
         return profile_main(args.paced, args.top, args.requests, args.keep_alive, args.paths)
+    if args.what == "instructions":
+        from harness.bench.instructions import main as instructions_main
+
+        return instructions_main(args.requests)
     if args.what == "store":
         from harness.bench.store import main as store_main
 

@@ -112,8 +112,9 @@ def _free_port() -> int:
         return port
 
 
-def start(tmp: Path, wrap: list[str] | None = None) -> Procs:
-    """The three processes; ``wrap`` replaces ``-m gateway.cli`` (a profiler module)."""
+def start(tmp: Path, wrap: list[str] | None = None, prefix: list[str] | None = None) -> Procs:
+    """The three processes; ``wrap`` replaces ``-m gateway.cli`` (a profiler module),
+    ``prefix`` runs the gateway's interpreter under another program (valgrind)."""
     root = tmp / "artifacts"
     up = subprocess.Popen(
         [sys.executable, "-m", "harness.bench.fast_upstream", "--root", str(root)],
@@ -138,7 +139,14 @@ def start(tmp: Path, wrap: list[str] | None = None) -> Procs:
     )
     log = (tmp / "gateway.log").open("wb")
     gw = subprocess.Popen(
-        [sys.executable, *(wrap or ["-m", "gateway.cli"]), "run", "--config", str(cfg)],
+        [
+            *(prefix or []),
+            sys.executable,
+            *(wrap or ["-m", "gateway.cli"]),
+            "run",
+            "--config",
+            str(cfg),
+        ],
         stdout=log,
         stderr=subprocess.STDOUT,
     )

@@ -4,8 +4,12 @@ connections and on one kept-alive connection, through the gateway and direct."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import pytest
+
+from harness.bench import instructions
 from harness.bench.relay import client, start
 
 
@@ -20,3 +24,20 @@ def test_the_benchmark_client_completes_its_streams(tmp_path: Path) -> None:
     finally:
         p.stop()
     assert p.gateway.returncode is not None and p.upstream.returncode is not None
+
+
+@pytest.mark.skipif(
+    not instructions.available() and os.environ.get("CI") != "true",
+    reason="valgrind is not installed (python3 dev.py setup installs it as root)",
+)
+def test_the_instructions_benchmark_counts_each_kind_of_request() -> None:
+    figures = instructions.measure(requests=5)
+    assert list(figures) == [
+        "1-delta chat, a new connection each",
+        "1-delta chat, kept alive",
+        "GET /health, kept alive",
+    ]
+    # counted only while the requests ran: far below start-up's billions, and a chat
+    # costs more than a health check
+    assert all(10 < k < 50_000 for k in figures.values()), figures
+    assert figures["GET /health, kept alive"] < figures["1-delta chat, kept alive"]
