@@ -555,6 +555,8 @@ class DemoUpstreamApp(QuartTrio):
     demo_aborts: int
     demo_disconnects: int
     demo_disconnect_times: list[float]
+    #: the temporary directory of the outside file this app made (removed when it stops)
+    made_outside_dir: Path | None
 
     async def asgi_app(
         self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
@@ -629,8 +631,10 @@ def create_demo_upstream_app(
     ``chunk_delay`` is the pause in seconds between body writes.
     """
     app = DemoUpstreamApp(__name__)
+    app.made_outside_dir = None
     if outside_dir is None:
-        made = outside_dir = Path(tempfile.mkdtemp(prefix="demo-upstream-outside-"))
+        made = app.made_outside_dir = Path(tempfile.mkdtemp(prefix="demo-upstream-outside-"))
+        outside_dir = made
 
         @app.after_serving
         async def _remove_outside_dir() -> None:
@@ -841,9 +845,13 @@ async def run_demo_upstream(
 ) -> None:
     """Create the demo app and serve it (see :func:`serve_demo_upstream`)."""
     app = create_demo_upstream_app(artifact_root, outside_dir=outside_dir, chunk_delay=chunk_delay)
-    await serve_demo_upstream(
-        app, host, port, shutdown_trigger=shutdown_trigger, task_status=task_status
-    )
+    try:
+        await serve_demo_upstream(
+            app, host, port, shutdown_trigger=shutdown_trigger, task_status=task_status
+        )
+    finally:  # also when serving never began (a port in use): after_serving never ran
+        if app.made_outside_dir is not None:
+            shutil.rmtree(app.made_outside_dir, ignore_errors=True)
 
 
 async def _wait_for_signal() -> None:

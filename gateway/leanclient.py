@@ -138,19 +138,30 @@ class LeanResponse:
         raise StopAsyncIteration
 
     def take_nowait(self) -> bytes:
-        """What ``__anext__`` would return from bytes already received, without a read:
-        :class:`trio.WouldBlock` when it would have to wait for the socket,
-        ``StopAsyncIteration`` at the end of the body. (A short answer usually came
-        whole with its head: the relay sends it on without a task or a round.)"""
+        """What ``__anext__`` would return from bytes already received (with the head,
+        or waiting in the socket: one non-blocking read), without a wait:
+        :class:`trio.WouldBlock` when it would have to wait, ``StopAsyncIteration`` at
+        the end of the body. (A short answer is usually all here once its head is: the
+        relay sends it on without a task or a round.)"""
         while not self._done and not self.is_closed:
-            data = self._pending
-            if not data:
-                raise trio.WouldBlock
+            data = self._pending or self._recv_nowait()
             self._pending = b""
             payload = self._take(data)
             if payload:
                 return payload
         raise StopAsyncIteration
+
+    def _recv_nowait(self) -> bytes:
+        sock: Any = getattr(self._stream.socket, "_sock", None)
+        if sock is None:
+            raise trio.WouldBlock
+        try:
+            data: bytes = sock.recv(READ_BYTES)
+        except (BlockingIOError, InterruptedError):
+            raise trio.WouldBlock from None
+        except OSError as exc:
+            raise httpx.ReadError(str(exc)) from exc
+        return self._received(data)
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body decoded (``Content-Encoding``), as httpx's ``aiter_bytes``."""
@@ -176,6 +187,10 @@ class LeanResponse:
             data = bytes(await self._stream.receive_some(READ_BYTES))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise httpx.ReadError(str(exc)) from exc
+        return self._received(data)
+
+    def _received(self, data: bytes) -> bytes:
+        """A read's bytes; at EOF, the end of a close-delimited body or an error."""
         if not data:
             if self._left < 0 and self._decoder is None:  # close-delimited: the end
                 self._done = True

@@ -140,6 +140,9 @@ _NOTHING = _Nothing()
 
 #: outputs the producer may run ahead of the consumer (backpressure beyond it)
 OUT_BUFFER = 16
+#: items the relay's entry takes without a wait before a producer task goes on (each
+#: may be a socket read: a bound on the work done without a checkpoint)
+INLINE_READS = 4
 
 
 def _timeout() -> UpstreamError:
@@ -173,6 +176,7 @@ class Relay(Generic[In, Ev, Out]):
         self._got_data = False
         self._terminated = False
         self._started = False  # the front's start is queued
+        self._failure: Exception | None = None  # raised in the inline start (a bug)
         self._timer: TimerHandle | None = None
         #: set once the producer has done what it could without waiting (first_step)
         self._begun: trio.Event | None = trio.Event()
@@ -201,8 +205,11 @@ class Relay(Generic[In, Ev, Out]):
         tb: TracebackType | None,
     ) -> bool:
         try:
-            if self._nursery_cm is None:
-                return False  # done inline: no producer to wait for
+            if self._nursery_cm is None:  # done inline: no producer to wait for
+                failure, self._failure = self._failure, None
+                if failure is not None and exc is None:
+                    raise failure
+                return False
             assert self._nursery is not None
             if not self._out.send_closed:  # the producer has more: abandon it (trio's
                 # cancel formats the current task's repr for its reason: not for nothing)
@@ -233,11 +240,13 @@ class Relay(Generic[In, Ev, Out]):
         items. True if the stream ended there (its terminal queued): a short answer that
         came whole with the upstream's head needs no producer task, nursery or round.
 
-        It stops while the queue still has room for one item's output and a terminal,
-        so no push here ever waits (the consumer is this task)."""
+        It stops after :data:`INLINE_READS` items, and while the queue still has room
+        for one item's output and a terminal, so no push here ever waits (the consumer
+        is this task)."""
         read_nowait: Callable[[], In | None] | None = getattr(self._source, "read_nowait", None)
         if read_nowait is None or self._stop is not None:
             return False
+        reads = 0
         try:
             try:
                 item = read_nowait()
@@ -248,7 +257,8 @@ class Relay(Generic[In, Ev, Out]):
                 if self._stop is not None:
                     await self._terminal(self._stop[0])
                     break
-                if len(self._out) > OUT_BUFFER - 2:
+                reads += 1
+                if reads >= INLINE_READS or len(self._out) > OUT_BUFFER - 2:
                     return False
                 try:
                     item = read_nowait()
@@ -257,6 +267,9 @@ class Relay(Generic[In, Ev, Out]):
         except GatewayError as exc:
             await self._start()
             await self._terminal(exc)
+        except Exception as exc:  # a bug: raised on exit, after what is queued (as the
+            self._failure = exc  # producer's would be), not from the entry: the body's
+            # exit (its on_close) still runs and the client gets what was queued
         self._out.close_send()
         self._begin()
         return True

@@ -374,3 +374,29 @@ async def test_a_temporary_outside_dir_is_removed_when_it_stops_serving(tmp_path
         )
         stop.set()
     assert not outside.exists()  # no demo-upstream-outside-* left behind in /tmp
+
+
+def test_a_temporary_outside_dir_is_removed_when_serving_cannot_begin(tmp_path: Path) -> None:
+    """``python -m gateway.demo_upstream`` on a port in use fails, and leaves no
+    ``demo-upstream-outside-*`` directory behind (its ``TMPDIR`` is looked at)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        args = ["--port", str(port), "--root", str(tmp_path / "artifacts")]
+        proc = subprocess.run(
+            [sys.executable, "-m", "gateway.demo_upstream", *args],
+            env={**os.environ, "TMPDIR": str(tmpdir)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode != 0 and "in use" in proc.stderr, proc.stderr[-2000:]
+    assert list(tmpdir.iterdir()) == []

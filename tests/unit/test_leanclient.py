@@ -346,3 +346,21 @@ async def test_close_nowait_recycles_only_a_body_read_to_its_end() -> None:
             assert early.is_closed
         finally:
             await u.aclose()
+
+
+async def test_bytes_waiting_in_the_socket_are_taken_without_waiting() -> None:
+    async with raw_server(lambda n: [HEAD, BODY]) as srv:  # the body is a later write
+        u = upstream(srv.url, lean=True)
+        try:
+            resp = await u.open_chat_stream(BODY_IN, "principal-1")
+            source = SSESource.from_response(resp, max_event_bytes=1 << 20)
+            try:
+                await trio.sleep(0.2)  # the body has arrived by now, unread
+                got: list[bytes] = []
+                while (batch := source.read_nowait()) is not None:  # one recv, no wait
+                    got.extend(e.data.encode() for e in batch)
+            finally:
+                await source.aclose()
+            assert got and got == await events_of(u)
+        finally:
+            await u.aclose()

@@ -13,8 +13,9 @@ import pytest
 import trio
 import trio.testing
 
+from gateway import relay as relay_module
 from gateway.errors import UpstreamError
-from gateway.relay import OUT_BUFFER, Relay
+from gateway.relay import INLINE_READS, OUT_BUFFER, Relay
 from tests.unit.test_relay import Echo, Script, Tags, opts
 
 
@@ -84,6 +85,17 @@ async def test_nothing_held_starts_the_producer_as_before() -> None:
     assert source.nowait == 0 and source.reads == 2
 
 
+async def test_the_queue_bound_stops_the_inline_start_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(relay_module, "INLINE_READS", 10**6)  # the queue's room alone
+    items = [b"%d" % i for i in range(5 * OUT_BUFFER)]
+    source = Held(10**6, *items, None)
+    got = await _outputs(Relay(source, Echo(), Tags(), opts()))
+    assert b"".join(got).endswith(b"E:held|END|") and len(b"".join(got)) > 5 * OUT_BUFFER
+    assert OUT_BUFFER - 2 <= source.nowait < len(items)
+
+
 async def test_held_items_then_a_wait_go_on_in_the_producer(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -114,7 +126,7 @@ async def test_more_held_than_the_queue_holds_never_waits_on_itself() -> None:
         got = await _outputs(Relay(source, Echo(), Tags(), opts()))
     expected = b"S|" + b"".join(b"E:" + i + b"|" for i in items) + b"E:held|END|"
     assert b"".join(got) == expected
-    assert OUT_BUFFER - 2 <= source.nowait < len(items)  # the producer read the rest
+    assert source.nowait == INLINE_READS  # then the producer read the rest
 
 
 async def test_a_stop_before_entering_leaves_the_start_to_the_producer() -> None:
@@ -175,3 +187,23 @@ async def test_a_source_that_cannot_close_at_once_is_closed_the_usual_way() -> N
     source = Slow(10, b"a", None)
     await _outputs(Relay(source, Echo(), Tags(), opts()))
     assert source.closed == 1  # by aclose
+
+
+async def test_a_bug_while_relaying_what_is_held_is_raised_on_exit_after_the_answer() -> None:
+    """As from the producer: what was queued is delivered, then the error is raised
+    when the relay is left (so a body's own exit still runs)."""
+
+    async def broken(outcome: object) -> None:
+        raise RuntimeError("a bug in a hook")
+
+    for held in (10, 0):  # inline, and through the producer: the same
+        source = Held(held, b"a", None)
+        relay = Relay(source, Echo(), Tags(), opts(on_outcome=broken))
+        got: list[bytes] = []
+        with pytest.raises(RuntimeError, match="a bug in a hook"):
+            async with relay as outputs:
+                await relay.first_step()
+                async for o in outputs:
+                    got.append(o)
+        assert b"".join(got) == b"S|E:a|E:held|END|", held
+        assert source.closed == 1
