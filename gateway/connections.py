@@ -830,6 +830,14 @@ class GatewayTCPServer(TCPServer):
             self._exchange = None
         await self._close()
 
+    def close_exchange_nowait(self, exchange: LeanExchange) -> bool:
+        """:meth:`close_exchange` if it needs no wait (True), else nothing (False)."""
+        if not self.close_nowait():
+            return False
+        if self._exchange is exchange:
+            self._exchange = None
+        return True
+
     async def write(self, data: bytes) -> None:
         """Write an answer's bytes (joined while corked)."""
         if self._corked is not None:
@@ -1036,14 +1044,41 @@ class GatewayTCPServer(TCPServer):
         if self.send_lock.statistics().owner is trio.lowlevel.current_task():
             await self.stream.aclose()  # pragma: no cover - not reached from hypercorn's h11
             return
-        self._lingering = True
-        if not self.send_lock.locked() and _raw_socket(self.stream) is not None:
-            # no write under way (the common case): the FIN now, without the lock's and
-            # send_eof's round trips through the scheduler
-            with contextlib.suppress(OSError):
-                self.stream.socket.shutdown(trio.socket.SHUT_WR)
-        elif not await self._fin_after_write():
+        if self.send_lock.locked() or _raw_socket(self.stream) is None:
+            self._lingering = True
+            if await self._fin_after_write():
+                self._linger()
             return
+        self._fin_now()
+
+    def close_nowait(self) -> bool:
+        """:meth:`_close` when it needs no wait (the common end of a connection): no
+        write under way, a plain socket. True if done; False, and nothing done, if
+        :meth:`_close` must run instead."""
+        proto = self._h11
+        can_read = getattr(getattr(proto, "can_read", None), "_event", None)
+        if (
+            proto is None
+            or self._lingering
+            or not isinstance(can_read, trio.Event)
+            or self.send_lock.locked()
+            or _raw_socket(self.stream) is None
+        ):
+            return False
+        proto.stop_reading = True
+        can_read.set()  # hypercorn's EventWrapper.set, which never waits
+        self._fin_now()
+        return True
+
+    def _fin_now(self) -> None:
+        # no write under way (the common case): the FIN now, without the lock's and
+        # send_eof's round trips through the scheduler
+        self._lingering = True
+        with contextlib.suppress(OSError):
+            self.stream.socket.shutdown(trio.socket.SHUT_WR)
+        self._linger()
+
+    def _linger(self) -> None:
         self._linger_until = trio.current_time() + LINGER_SECONDS
         if self._read_scope is not None:
             self._read_scope.deadline = min(self._read_scope.deadline, self._linger_until)

@@ -235,7 +235,7 @@ class LeanExchange:
         except Exception:
             log.exception("unhandled error in the app")
         finally:
-            if not self._recycled_now():
+            if not self._recycled_now() and not self._closed_now():
                 with trio.CancelScope(shield=True):
                     await self._finish()
 
@@ -289,6 +289,25 @@ class LeanExchange:
         self.queue.close_receive()
         self._app_done = True
         self.server.recycle(self)
+        self.finished.set()
+        return True
+
+    def _closed_now(self) -> bool:
+        """The other common end, with nothing to wait for: a whole answer, nothing owed,
+        the connection closing after it (the client asked, or the server stops), and no
+        write under way. Closed here without a shielded scope (False: not that)."""
+        if (
+            self.state != _DONE
+            or self.lost
+            or self.gone.happened
+            or self.body_left
+            or not (self.close_after or self.server.context.terminated.is_set())
+            or not self.server.close_exchange_nowait(self)
+        ):
+            return False
+        self.queue.close_receive()
+        self._app_done = True
+        self.close_after = True
         self.finished.set()
         return True
 

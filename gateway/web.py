@@ -111,7 +111,7 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
             app.inflight_requests -= 1
             if app.inflight_requests == 0 and app.no_requests is not None:
                 app.no_requests.set()
-            if stack:
+            if stack and not stack.close_nowait():
                 with trio.CancelScope(deadline=trio.current_time() + 5, shield=True):
                     await stack.aclose()
             self._finished(scope, seen[0], seen[1], time.perf_counter() - t0)
@@ -221,21 +221,46 @@ class Cleanup:
     __slots__ = ("_callbacks",)
 
     def __init__(self) -> None:
-        self._callbacks: list[tuple[Callable[..., Any], tuple[Any, ...], bool]] = []
+        self._callbacks: list[
+            tuple[Callable[..., Any], tuple[Any, ...], bool, Callable[[], bool] | None]
+        ] = []
 
     def __bool__(self) -> bool:
         return bool(self._callbacks)
 
     def callback(self, fn: Callable[..., Any], *args: Any) -> None:
-        self._callbacks.append((fn, args, False))
+        self._callbacks.append((fn, args, False, None))
 
-    def push_async_callback(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        self._callbacks.append((fn, args, True))
+    def push_async_callback(
+        self, fn: Callable[..., Awaitable[Any]], *args: Any, done: Callable[[], bool] | None = None
+    ) -> None:
+        """``fn(*args)`` awaited at the end; ``done``: whether it has nothing left to do
+        (then :meth:`close_nowait` may skip it)."""
+        self._callbacks.append((fn, args, True, done))
+
+    def close_nowait(self) -> bool:
+        """Close without a wait when that is all there is to do (every async callback
+        says it is done): True; else False and nothing done (:meth:`aclose` does it)."""
+        callbacks = self._callbacks
+        if any(is_async and (done is None or not done()) for _, _, is_async, done in callbacks):
+            return False
+        self._callbacks = []
+        first: BaseException | None = None
+        for fn, args, is_async, _ in reversed(callbacks):
+            if not is_async:
+                try:
+                    fn(*args)
+                except BaseException as exc:
+                    if first is None:
+                        first = exc
+        if first is not None:
+            raise first
+        return True
 
     async def aclose(self) -> None:
         first: BaseException | None = None
         callbacks, self._callbacks = self._callbacks, []
-        for fn, args, is_async in reversed(callbacks):
+        for fn, args, is_async, _ in reversed(callbacks):
             try:
                 if is_async:
                     await fn(*args)

@@ -87,7 +87,7 @@ async def open_upstream(
     st.metrics.first_byte.observe(time.perf_counter() - t0)
     scope: Any = req.scope if req is not None else request.scope
     stack: Cleanup = scope["gateway.cleanup"]
-    stack.push_async_callback(close_quietly, resp)
+    stack.push_async_callback(close_quietly, resp, done=lambda: resp.is_closed)
     return resp
 
 
