@@ -21,8 +21,13 @@ def _reader(stream: trio.SocketStream) -> GatewayTCPServer:
     return server
 
 
-async def test_a_flood_never_starves_the_other_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every read finds bytes waiting (one byte per read of 400 sent at once)."""
+@pytest.mark.parametrize("way", ["_receive", "_read_once"])
+async def test_a_flood_never_starves_the_other_tasks(
+    monkeypatch: pytest.MonkeyPatch, way: str
+) -> None:
+    """Every read finds bytes waiting (one byte per read of 400 sent at once), read
+    by ``_receive`` or by the reader loop's ``_read_once`` (no cancel scope when the
+    bytes are there: ``_receive_nowait``)."""
     monkeypatch.setattr(connections, "MAX_RECV", 1)
     a, b = socket.socketpair()
     a.setblocking(False)
@@ -34,7 +39,8 @@ async def test_a_flood_never_starves_the_other_tasks(monkeypatch: pytest.MonkeyP
     async with trio.open_nursery() as nursery:
         nursery.start_soon(tick_forever, log)
         await trio.lowlevel.checkpoint()
-        while await reader._receive():
+        read = reader._receive if way == "_receive" else lambda: reader._read_once(None)  # type: ignore[arg-type]
+        while await read():
             log.append("r")
         nursery.cancel_scope.cancel()
     a.close()
