@@ -88,6 +88,7 @@ from gateway.exchange import (
     BODY_KEY,
     DISCARD_LIMIT,
     DISCONNECT_KEY,
+    RELEASE_KEY,
     WRITES_KEY,
     Disconnect,
     LeanExchange,
@@ -693,7 +694,9 @@ class GatewayTCPServer(TCPServer):
         if proto is None:  # TLS: hypercorn's own loop
             await super()._read_data()
             return
+        data: bytes | bytearray | None = None
         while True:
+            data = None  # a request's bytes are not kept while the next read waits
             data = await self._read_once(proto)
             if data is None:
                 break
@@ -1297,6 +1300,7 @@ __all__ = [
     "DISCARD_LIMIT",
     "DISCONNECT_KEY",
     "LINGER_SECONDS",
+    "RELEASE_KEY",
     "WRITES_KEY",
     "ConnectionPolicy",
     "Disconnect",

@@ -38,6 +38,7 @@ __all__ = [
     "BODY_KEY",
     "DISCARD_LIMIT",
     "DISCONNECT_KEY",
+    "RELEASE_KEY",
     "WRITES_KEY",
     "Disconnect",
     "LeanExchange",
@@ -56,6 +57,9 @@ DISCONNECT_KEY = "gateway.disconnect"
 #: a handler takes it as it is, without waiting on ``receive`` (the same bytes are
 #: queued as the ``http.request`` message for anyone who asks)
 BODY_KEY = "gateway.body"
+#: the scope key of a callable that lets the body's bytes go (the handler is done with
+#: them: the queued ``http.request`` message keeps an empty body from then on)
+RELEASE_KEY = "gateway.release_body"
 #: a refused request whose declared body is at most this is read and dropped (keep-alive)
 DISCARD_LIMIT = 64 * 1024
 
@@ -168,7 +172,9 @@ class LeanExchange:
             self.scope[BODY_KEY] = first
         if first or not self.body_left:
             more = self.body_left > 0
-            self.queue.send_nowait({"type": "http.request", "body": first, "more_body": more})
+            message = {"type": "http.request", "body": first, "more_body": more}
+            self.queue.send_nowait(message)
+            self.scope[RELEASE_KEY] = lambda: message.update(body=b"")
 
     # -- the reader's side
 

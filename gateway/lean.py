@@ -38,7 +38,7 @@ from typing import Any
 
 import trio
 
-from gateway.connections import BODY_KEY, DISCONNECT_KEY, Disconnect
+from gateway.connections import BODY_KEY, DISCONNECT_KEY, RELEASE_KEY, Disconnect
 from gateway.errors import GatewayError, RequestError
 from gateway.web import (
     ChannelBody,
@@ -155,6 +155,15 @@ class LeanRequest(Incoming):
     async def json(self, max_depth: int) -> dict[str, Any]:
         return parse_json_object(await self.body(), max_depth=max_depth)
 
+    def release_body(self) -> None:
+        """The handler is done with the body (its answer is a stream that may last
+        long): let its bytes go (a conversation's body can be megabytes, per stream)."""
+        self._body = None
+        self.scope.pop(BODY_KEY, None)
+        release = self.scope.get(RELEASE_KEY)
+        if release is not None:
+            release()
+
     def _too_large(self) -> GatewayError:
         return RequestError(too_large_message(WHAT), code="request_too_large", status=413)
 
@@ -259,6 +268,7 @@ async def _answer(conn: Any, handler: LeanRoute, req: LeanRequest, send: Any, wr
     try:
         reply = await handler(conn.app.gateway, req)
         if isinstance(reply, StreamReply):
+            req.release_body()
             await conn.send_stream(tracked, 200, reply.body, writes)
         else:
             await _send_joined(tracked, reply.status, [], json_bytes(reply.obj), writes)

@@ -53,10 +53,14 @@ async def chat_reply(st: GatewayState, req: Incoming) -> Reply:
     messages = await prepare_messages(st, caller.owner, [*history, *new_messages])
     ubody = upstream_chat_body({**b, "messages": messages}, pid)
     front = ChatEncoder(keep_text=sid is not None)  # a session stores the answer
+    # the request's messages are kept for the answer's end only when a session stores
+    # them (a conversation can be megabytes, and an answer streams for minutes)
+    stored = (sid, new_messages) if sid is not None else None
+    del new_messages
 
     async def remember(outcome: object) -> None:
-        if sid is not None and outcome == "completed":
-            await st.sessions.append(caller.owner, sid, new_messages, front.text(0))
+        if stored is not None and outcome == "completed":
+            await st.sessions.append(caller.owner, stored[0], stored[1], front.text(0))
 
     if not stream:
         data = await st.upstream.chat(ubody, pid)
