@@ -40,7 +40,7 @@ class ChunkedError(ValueError):
 class ChunkedDecoder:
     """Incremental decoder of one chunked message body."""
 
-    __slots__ = ("_buf", "_left", "_state", "leftover")
+    __slots__ = ("_buf", "_left", "_state", "error", "leftover")
 
     def __init__(self) -> None:
         self._buf = b""  # bytes not decoded yet (an incomplete line, at most)
@@ -48,6 +48,10 @@ class ChunkedDecoder:
         self._state = _SIZE_LINE
         #: bytes received after the end of the body
         self.leftover = b""
+        #: a deviation met after payload of the same ``feed``: that payload was returned,
+        #: and the next ``feed`` raises this (so where the bytes of a read end cannot
+        #: decide whether the text before a broken frame is relayed)
+        self.error: ChunkedError | None = None
 
     @property
     def done(self) -> bool:
@@ -60,13 +64,24 @@ class ChunkedDecoder:
 
     def feed(self, data: bytes) -> bytes:
         """The payload that ``data`` (the next bytes of the body) carries."""
+        if self.error is not None:
+            raise self.error
         if self._state == _DONE:
             self.leftover += data
             return b""
+        out: list[bytes] = []
+        try:
+            return self._feed(data, out)
+        except ChunkedError as exc:
+            if not out:
+                raise
+            self.error = exc
+            return b"".join(out)
+
+    def _feed(self, data: bytes, out: list[bytes]) -> bytes:
         buf = self._buf + data if self._buf else data
         end = len(buf)
         pos = 0
-        out: list[bytes] = []
         state = self._state
         left = self._left
         while pos < end:

@@ -142,6 +142,8 @@ class LeanBody:
                 data, self._pending = self._pending, None
             elif decoder.done or self._closed:
                 raise StopAsyncIteration
+            elif decoder.error is not None:  # after the payload before it: raised now
+                data = b""
             else:
                 data = await self._read()
                 if not data:

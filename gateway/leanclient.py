@@ -128,9 +128,14 @@ class LeanResponse:
     def __aiter__(self) -> LeanResponse:
         return self
 
+    @property
+    def _failed(self) -> bool:
+        """The decoder met a broken frame after payload it returned: raise it next."""
+        return self._decoder is not None and self._decoder.error is not None
+
     async def __anext__(self) -> bytes:
         while not self._done and not self.is_closed:
-            data = self._pending or await self._read()
+            data = self._pending or (b"" if self._failed else await self._read())
             self._pending = b""
             payload = self._take(data)
             if payload:
@@ -144,7 +149,7 @@ class LeanResponse:
         the end of the body. (A short answer is usually all here once its head is: the
         relay sends it on without a task or a round.)"""
         while not self._done and not self.is_closed:
-            data = self._pending or self._recv_nowait()
+            data = self._pending or (b"" if self._failed else self._recv_nowait())
             self._pending = b""
             payload = self._take(data)
             if payload:

@@ -491,6 +491,22 @@ async def test_slow_request_head_gets_408(nursery: trio.Nursery) -> None:
     assert policy.timed_out == 3
 
 
+async def test_a_head_trickled_faster_than_the_grace_read_still_gets_408(
+    nursery: trio.Nursery,
+) -> None:
+    """The grace read (bytes that arrived in time on a lagging loop) is given once per
+    deadline: a byte every 10 ms, under the 50 ms grace, kept a head alive past its
+    deadline read after read (round 9's red team: no 408 for as long as the head's
+    size cap allowed, minutes per connection)."""
+    policy = ConnectionPolicy(header_timeout=0.5)
+    port = await _serve(nursery, policy)
+    head = b"GET /health HTTP/1.1\r\nHost: h\r\nX-Pad: " + b"p" * 300 + b"\r\n\r\n"
+    o = await _case(port, *[bytes([b]) for b in head], pause=0.01, read_timeout=8)
+    assert o.statuses == [408] and o.end == "eof", o.raw
+    assert o.seconds < 2.5  # the whole head would have taken 3.3 s
+    assert policy.timed_out == 1
+
+
 async def test_a_head_that_arrived_in_time_is_served_on_a_lagging_loop(
     nursery: trio.Nursery,
 ) -> None:

@@ -29,7 +29,23 @@ def framed(*payloads: bytes, trailer: bytes = b"", ext: bytes = b"") -> bytes:
 def decode(chunks: Iterable[bytes]) -> tuple[bytes, bool, bytes]:
     d = ChunkedDecoder()
     out = b"".join(d.feed(c) for c in chunks)
+    if d.error is not None:  # as its readers do: raised before they read on
+        raise d.error
     return out, d.done, d.leftover
+
+
+def payload_before_error(chunks: Iterable[bytes]) -> tuple[bytes, ChunkedError | None]:
+    """What a reader relays of ``chunks`` until the decoder refuses them, and why."""
+    d = ChunkedDecoder()
+    out = b""
+    try:
+        for c in chunks:
+            out += d.feed(c)
+        if d.error is not None:
+            d.feed(b"")
+    except ChunkedError as exc:
+        return out, exc
+    return out, None
 
 
 def h11_decode(body: bytes) -> tuple[bytes, bool]:
@@ -115,6 +131,24 @@ def test_bad_framing_is_refused_like_h11(body: bytes) -> None:
     for chunks in chunkings(body):
         with pytest.raises(ChunkedError):
             decode(chunks)
+
+
+BROKEN_AFTER_TEXT = [
+    framed(b"data: w0\n\n")[:-5] + b"zz\r\n",  # a valid chunk, then a bad size line
+    framed(b"data: a\n\n", b"data: b\n\n")[:-5] + b"3\r\nabcX",  # no CRLF after data
+    b"5\r\nhello\r\n" + b"9" * 30 + b"\r\n",  # a size of more than 20 digits
+]
+
+
+@pytest.mark.parametrize("body", BROKEN_AFTER_TEXT, ids=range(len(BROKEN_AFTER_TEXT)))
+def test_the_text_before_a_broken_frame_does_not_depend_on_the_reads(body: bytes) -> None:
+    """The payload before a broken frame is passed on whatever the reads' boundaries,
+    and the refusal follows it (it was lost when the broken frame came in the same
+    read, and relayed when it came in the next)."""
+    results = {payload_before_error(chunks)[0] for chunks in chunkings(body)}
+    assert len(results) == 1, results
+    for chunks in chunkings(body):
+        assert payload_before_error(chunks)[1] is not None
 
 
 def test_overlong_lines_are_refused() -> None:
