@@ -114,6 +114,11 @@ class ScopeHeaders:
                 index.setdefault(name.lower(), []).append(value)
         return index.get(key.lower().encode("latin-1"), [])
 
+    def forget(self) -> None:
+        """Drop the index (built again on the next look-up): a request whose answer
+        streams for minutes need not hold it (~1 KiB per open stream)."""
+        self._index = None
+
     def getlist(self, key: str, /) -> list[str]:
         return [v.decode("latin-1") for v in self._values(key)]
 
@@ -155,9 +160,11 @@ class LeanRequest(Incoming):
     async def json(self, max_depth: int) -> dict[str, Any]:
         return parse_json_object(await self.body(), max_depth=max_depth)
 
-    def release_body(self) -> None:
-        """The handler is done with the body (its answer is a stream that may last
-        long): let its bytes go (a conversation's body can be megabytes, per stream)."""
+    def release(self) -> None:
+        """The handler is done with the request (its answer is a stream that may last
+        long): let the body's bytes go (a conversation's can be megabytes, per stream)
+        and the headers' index."""
+        self.headers.forget()
         self._body = None
         self.scope.pop(BODY_KEY, None)
         release = self.scope.get(RELEASE_KEY)
@@ -268,7 +275,7 @@ async def _answer(conn: Any, handler: LeanRoute, req: LeanRequest, send: Any, wr
     try:
         reply = await handler(conn.app.gateway, req)
         if isinstance(reply, StreamReply):
-            req.release_body()
+            req.release()
             await conn.send_stream(tracked, 200, reply.body, writes)
         else:
             await _send_joined(tracked, reply.status, [], json_bytes(reply.obj), writes)
