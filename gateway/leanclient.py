@@ -87,6 +87,7 @@ class LeanResponse:
     __slots__ = (
         "_decoder",
         "_done",
+        "_key",
         "_left",
         "_pending",
         "_pool",
@@ -104,9 +105,11 @@ class LeanResponse:
         event: Any,
         framing: tuple[str, tuple[int, ...]],
         pending: bytes,
+        key: str = "",
     ) -> None:
         self._pool = pool
         self._stream = stream
+        self._key = key
         self.status_code: int = event.status_code
         self.headers = httpx.Headers([(bytes(k), bytes(v)) for k, v in event.headers.raw_items()])
         kind, args = framing
@@ -260,7 +263,7 @@ class LeanResponse:
         if not (self._done and self._reusable):
             return False
         self.is_closed = True
-        self._pool.put(self._stream)
+        self._pool.put(self._stream, self._key)
         return True
 
     async def aclose(self) -> None:
@@ -290,7 +293,13 @@ class _Unanswered(Exception):
 
 
 class LeanPool:
-    """Keep-alive connections to one ``http://`` origin, for streaming POSTs."""
+    """Keep-alive connections to one ``http://`` origin, for streaming POSTs.
+
+    An idle connection is kept for the principal whose request it served and reused
+    only for that principal's (``key``): bytes a misbehaving upstream sends after a
+    complete answer, arriving once the next request is on its way, cannot be told
+    from that request's answer, and must not reach another user (HTTP/1.1 has no
+    request id). ``max_idle`` bounds them all together."""
 
     def __init__(
         self,
@@ -304,7 +313,8 @@ class LeanPool:
         self.port = url.port or 80
         self.connect_timeout = connect_timeout
         self.max_idle = max_idle
-        self._idle: list[tuple[trio.SocketStream, float]] = []
+        self._idle: dict[str, list[tuple[trio.SocketStream, float]]] = {}
+        self._idle_count = 0
         fixed = [
             f"POST {url.raw_path.decode('ascii')} HTTP/1.1",
             f"Host: {url.netloc.decode('ascii')}",
@@ -329,40 +339,78 @@ class LeanPool:
         except OSError as exc:
             raise httpx.ConnectError(str(exc)) from exc
 
-    def _take_idle(self) -> trio.SocketStream | None:
-        """A pooled connection still usable (not expired, nothing to read: no EOF)."""
+    def _take_idle(self, key: str) -> trio.SocketStream | None:
+        """A pooled connection of ``key`` still usable (not expired, nothing to read:
+        no EOF)."""
+        idle = self._idle.get(key)
+        if not idle:
+            return None
         now = trio.current_time()
-        while self._idle:
-            stream, since = self._idle.pop()
+        found = None
+        while idle:
+            stream, since = idle.pop()
+            self._idle_count -= 1
             if now - since < KEEPALIVE_EXPIRY and not stream.socket.is_readable():
-                return stream
+                found = stream
+                break
             stream.socket.close()
-        return None
+        if not idle:
+            del self._idle[key]
+        return found
 
-    def put(self, stream: trio.SocketStream) -> None:
-        if self._closed or len(self._idle) >= self.max_idle:
+    def put(self, stream: trio.SocketStream, key: str = "") -> None:
+        if self._closed or self.max_idle <= 0:
             stream.socket.close()
             return
-        self._idle.append((stream, trio.current_time()))
+        now = trio.current_time()
+        if self._idle_count >= self.max_idle:
+            self._evict(now)
+        self._idle.setdefault(key, []).append((stream, now))
+        self._idle_count += 1
 
-    async def post(self, body: bytes, extra: list[tuple[str, str]]) -> LeanResponse:
+    def _evict(self, now: float) -> None:
+        """Make room for one: close the expired idle connections, else the oldest (of
+        principals gone quiet: their connections are taken by no one else)."""
+        oldest: tuple[float, str] | None = None
+        for key in list(self._idle):
+            idle = self._idle[key]
+            kept = [(s, since) for s, since in idle if now - since < KEEPALIVE_EXPIRY]
+            for s, since in idle:
+                if now - since >= KEEPALIVE_EXPIRY:
+                    s.socket.close()
+            self._idle_count -= len(idle) - len(kept)
+            if kept:
+                self._idle[key] = kept
+                if oldest is None or kept[0][1] < oldest[0]:
+                    oldest = (kept[0][1], key)
+            else:
+                del self._idle[key]
+        if self._idle_count >= self.max_idle and oldest is not None:
+            idle = self._idle[oldest[1]]
+            idle.pop(0)[0].socket.close()
+            self._idle_count -= 1
+            if not idle:
+                del self._idle[oldest[1]]
+
+    async def post(self, body: bytes, extra: list[tuple[str, str]], key: str = "") -> LeanResponse:
         """Send the request in one write and read the response head; the body is left
-        for the caller (who must ``aclose()`` the response).
+        for the caller (who must ``aclose()`` the response). ``key``: whose request it
+        is (a connection is reused only for the same key).
 
         A pooled connection the server closed while we reused it (its FIN or reset
         crossed our request: nothing of a response came back) is retried once on a
         new connection: the server never read that request."""
         data = self.request_bytes(body, extra)
-        stream = self._take_idle()
+        stream = self._take_idle(key)
         if stream is not None:
             try:
-                return await self._exchange(stream, data)
+                return await self._exchange(stream, data, key)
             except _Unanswered:
                 pass
-        return await self._exchange(await self._connect(), data, fresh=True)
+        return await self._exchange(await self._connect(), data, key, fresh=True)
 
     async def _exchange(
-        self, stream: trio.SocketStream, data: bytes, *, fresh: bool = False
+        self, stream: trio.SocketStream, data: bytes, key: str, *, fresh: bool = False
     ) -> LeanResponse:
         try:
             try:
@@ -374,12 +422,12 @@ class LeanPool:
                 raise httpx.WriteTimeout("timed out writing to the upstream") from None
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 raise (httpx.WriteError if fresh else _Unanswered)(str(exc)) from exc
-            return await self._response(stream, fresh)
+            return await self._response(stream, fresh, key)
         except BaseException:
             await trio.aclose_forcefully(stream)
             raise
 
-    async def _response(self, stream: trio.SocketStream, fresh: bool) -> LeanResponse:
+    async def _response(self, stream: trio.SocketStream, fresh: bool, key: str) -> LeanResponse:
         buf = ReceiveBuffer()
         while True:
             try:
@@ -411,9 +459,12 @@ class LeanPool:
             except (h11.ProtocolError, ValueError) as exc:  # pragma: no cover - h11 validated
                 raise httpx.RemoteProtocolError(str(exc)) from None
             rest = buf.maybe_extract_at_most(len(buf)) or b""
-            return LeanResponse(self, stream, event, framing, bytes(rest))
+            return LeanResponse(self, stream, event, framing, bytes(rest), key)
 
     async def aclose(self) -> None:
         self._closed = True
-        while self._idle:
-            self._idle.pop()[0].socket.close()
+        for idle in self._idle.values():
+            for stream, _ in idle:
+                stream.socket.close()
+        self._idle.clear()
+        self._idle_count = 0

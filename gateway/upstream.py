@@ -419,7 +419,7 @@ class Upstream:
         resp: StreamResponse
         if self._lean is not None and _safe_value(principal_id):
             extra = [("X-Gateway-Principal", principal_id)]
-            resp = await self._bounded(self._lean.post, content, extra)
+            resp = await self._bounded(self._lean.post, content, extra, principal_id)
         else:
             req = httpx.Request(
                 "POST",

@@ -364,3 +364,47 @@ async def test_bytes_waiting_in_the_socket_are_taken_without_waiting() -> None:
             assert got and got == await events_of(u)
         finally:
             await u.aclose()
+
+
+async def _events_for(u: Upstream, principal: str) -> list[bytes]:
+    resp = await u.open_chat_stream(BODY_IN, principal)
+    source = SSESource.from_response(resp, max_event_bytes=1 << 20)
+    out: list[bytes] = []
+    try:
+        while (batch := await source.read()) is not None:
+            out.extend(e.data.encode() for e in batch)
+    finally:
+        await source.aclose()
+    return out
+
+
+async def test_a_connection_is_reused_only_for_the_principal_it_served() -> None:
+    """Bytes an upstream sends after a complete answer, arriving once the next request
+    is on its way, would be read as that request's answer: never another user's."""
+    async with raw_server(lambda n: [HEAD + BODY]) as srv:
+        u = upstream(srv.url, lean=True)
+        try:
+            for who in ("alice", "bob", "alice", "bob", "alice"):
+                assert await _events_for(u, who)
+            assert len(srv.connections) == 2  # one each, each reused by its own only
+        finally:
+            await u.aclose()
+
+
+async def test_idle_connections_are_bounded_for_all_principals_together() -> None:
+    async with raw_server(lambda n: [HEAD + BODY]) as srv:
+        u = upstream(srv.url, lean=True)
+        pool = u._lean
+        assert pool is not None
+        pool.max_idle = 2
+        try:
+            for who in ("p1", "p2", "p3"):
+                await _events_for(u, who)
+            assert pool._idle_count == 2 and set(pool._idle) == {"p2", "p3"}  # p1's: oldest
+            await _events_for(u, "p1")  # its connection was closed: a new one
+            assert len(srv.connections) == 4
+            await _events_for(u, "p3")  # kept: reused
+            assert len(srv.connections) == 4
+        finally:
+            await u.aclose()
+        assert pool._idle == {} and pool._idle_count == 0
