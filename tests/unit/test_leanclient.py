@@ -36,8 +36,8 @@ def upstream(url: str, *, lean: bool, first_byte: float = 5.0, **kw: Any) -> Ups
     return u
 
 
-async def events_of(u: Upstream) -> list[bytes]:
-    resp = await u.open_chat_stream(BODY_IN, "principal-1")
+async def events_of(u: Upstream, principal: str = "principal-1") -> list[bytes]:
+    resp = await u.open_chat_stream(BODY_IN, principal)
     source = SSESource.from_response(resp, max_event_bytes=1 << 20)
     out: list[bytes] = []
     try:
@@ -366,18 +366,6 @@ async def test_bytes_waiting_in_the_socket_are_taken_without_waiting() -> None:
             await u.aclose()
 
 
-async def _events_for(u: Upstream, principal: str) -> list[bytes]:
-    resp = await u.open_chat_stream(BODY_IN, principal)
-    source = SSESource.from_response(resp, max_event_bytes=1 << 20)
-    out: list[bytes] = []
-    try:
-        while (batch := await source.read()) is not None:
-            out.extend(e.data.encode() for e in batch)
-    finally:
-        await source.aclose()
-    return out
-
-
 async def test_a_connection_is_reused_only_for_the_principal_it_served() -> None:
     """Bytes an upstream sends after a complete answer, arriving once the next request
     is on its way, would be read as that request's answer: never another user's."""
@@ -385,7 +373,7 @@ async def test_a_connection_is_reused_only_for_the_principal_it_served() -> None
         u = upstream(srv.url, lean=True)
         try:
             for who in ("alice", "bob", "alice", "bob", "alice"):
-                assert await _events_for(u, who)
+                assert await events_of(u, who)
             assert len(srv.connections) == 2  # one each, each reused by its own only
         finally:
             await u.aclose()
@@ -399,11 +387,11 @@ async def test_idle_connections_are_bounded_for_all_principals_together() -> Non
         pool.max_idle = 2
         try:
             for who in ("p1", "p2", "p3"):
-                await _events_for(u, who)
+                await events_of(u, who)
             assert pool._idle_count == 2 and set(pool._idle) == {"p2", "p3"}  # p1's: oldest
-            await _events_for(u, "p1")  # its connection was closed: a new one
+            await events_of(u, "p1")  # its connection was closed: a new one
             assert len(srv.connections) == 4
-            await _events_for(u, "p3")  # kept: reused
+            await events_of(u, "p3")  # kept: reused
             assert len(srv.connections) == 4
         finally:
             await u.aclose()
