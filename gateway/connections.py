@@ -696,9 +696,8 @@ class GatewayTCPServer(TCPServer):
         if proto is None:  # TLS: hypercorn's own loop
             await super()._read_data()
             return
-        data: bytes | bytearray | None = None
         while True:
-            data = None  # a request's bytes are not kept while the next read waits
+            data: bytes | bytearray | None = None  # not kept while the next read waits
             data = await self._read_once(proto)
             if data is None:
                 break
@@ -808,15 +807,9 @@ class GatewayTCPServer(TCPServer):
             await trio.lowlevel.wait_readable(sock)
         while True:
             try:
-                data: bytes = sock.recv(MAX_RECV)
-            except BlockingIOError:
-                self._quick_reads = 0
+                return self._receive_nowait()
+            except trio.WouldBlock:  # (the yield bound is not reached here: reset above)
                 await trio.lowlevel.wait_readable(sock)  # the checkpoint: cancel, deadline
-                continue
-            except OSError as exc:  # a reset, or closed under us: as trio reports them
-                raise trio.BrokenResourceError(str(exc)) from exc
-            self._quick_reads += 1
-            return data
 
     # The lean path (gateway.exchange): a plain head for a lean route, whole in one read
     # at a request boundary, is served without h11 (which stays IDLE) and hypercorn's

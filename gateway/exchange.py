@@ -241,7 +241,7 @@ class LeanExchange:
         except Exception:
             log.exception("unhandled error in the app")
         finally:
-            if not self._recycled_now() and not self._closed_now():
+            if not self._ended_now():
                 with trio.CancelScope(shield=True):
                     await self._finish()
 
@@ -280,40 +280,21 @@ class LeanExchange:
         else:
             raise RuntimeError(f"unexpected ASGI message {kind!r} in state {self.state}")
 
-    def _recycled_now(self) -> bool:
-        """The common end, with nothing to wait for: a whole answer, nothing owed, the
-        connection kept. Recycled here without a shielded scope (False: not that)."""
-        if (
-            self.state != _DONE
-            or self.lost
-            or self.gone.happened
-            or self.body_left
-            or self.close_after
-            or self.server.context.terminated.is_set()
-        ):
+    def _ended_now(self) -> bool:
+        """The common ends, with nothing to wait for: a whole answer, nothing owed, and
+        the connection either kept (recycled) or closing after it (the client asked, or
+        the server stops) with no write under way (FIN, then linger). Done here without
+        a shielded scope (False: neither, and nothing done)."""
+        if self.state != _DONE or self.lost or self.gone.happened or self.body_left:
             return False
+        if self.close_after or self.server.context.terminated.is_set():
+            if not self.server.close_exchange_nowait(self):
+                return False
+            self.close_after = True
+        else:
+            self.server.recycle(self)
         self.queue.close_receive()
         self._app_done = True
-        self.server.recycle(self)
-        self.finished.set()
-        return True
-
-    def _closed_now(self) -> bool:
-        """The other common end, with nothing to wait for: a whole answer, nothing owed,
-        the connection closing after it (the client asked, or the server stops), and no
-        write under way. Closed here without a shielded scope (False: not that)."""
-        if (
-            self.state != _DONE
-            or self.lost
-            or self.gone.happened
-            or self.body_left
-            or not (self.close_after or self.server.context.terminated.is_set())
-            or not self.server.close_exchange_nowait(self)
-        ):
-            return False
-        self.queue.close_receive()
-        self._app_done = True
-        self.close_after = True
         self.finished.set()
         return True
 

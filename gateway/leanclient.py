@@ -313,8 +313,8 @@ class LeanPool:
         self.port = url.port or 80
         self.connect_timeout = connect_timeout
         self.max_idle = max_idle
-        self._idle: dict[str, list[tuple[trio.SocketStream, float]]] = {}
-        self._idle_count = 0
+        #: (key, connection, since), oldest first
+        self._idle: list[tuple[str, trio.SocketStream, float]] = []
         fixed = [
             f"POST {url.raw_path.decode('ascii')} HTTP/1.1",
             f"Host: {url.netloc.decode('ascii')}",
@@ -340,57 +340,28 @@ class LeanPool:
             raise httpx.ConnectError(str(exc)) from exc
 
     def _take_idle(self, key: str) -> trio.SocketStream | None:
-        """A pooled connection of ``key`` still usable (not expired, nothing to read:
-        no EOF)."""
-        idle = self._idle.get(key)
-        if not idle:
-            return None
+        """The latest pooled connection of ``key`` still usable (not expired, nothing
+        to read: no EOF); expired ones met on the way are closed."""
         now = trio.current_time()
-        found = None
-        while idle:
-            stream, since = idle.pop()
-            self._idle_count -= 1
-            if now - since < KEEPALIVE_EXPIRY and not stream.socket.is_readable():
-                found = stream
-                break
+        idle = self._idle
+        for i in range(len(idle) - 1, -1, -1):
+            k, stream, since = idle[i]
+            expired = now - since >= KEEPALIVE_EXPIRY
+            if k != key and not expired:
+                continue
+            del idle[i]
+            if not expired and not stream.socket.is_readable():
+                return stream
             stream.socket.close()
-        if not idle:
-            del self._idle[key]
-        return found
+        return None
 
     def put(self, stream: trio.SocketStream, key: str = "") -> None:
         if self._closed or self.max_idle <= 0:
             stream.socket.close()
             return
-        now = trio.current_time()
-        if self._idle_count >= self.max_idle:
-            self._evict(now)
-        self._idle.setdefault(key, []).append((stream, now))
-        self._idle_count += 1
-
-    def _evict(self, now: float) -> None:
-        """Make room for one: close the expired idle connections, else the oldest (of
-        principals gone quiet: their connections are taken by no one else)."""
-        oldest: tuple[float, str] | None = None
-        for key in list(self._idle):
-            idle = self._idle[key]
-            kept = [(s, since) for s, since in idle if now - since < KEEPALIVE_EXPIRY]
-            for s, since in idle:
-                if now - since >= KEEPALIVE_EXPIRY:
-                    s.socket.close()
-            self._idle_count -= len(idle) - len(kept)
-            if kept:
-                self._idle[key] = kept
-                if oldest is None or kept[0][1] < oldest[0]:
-                    oldest = (kept[0][1], key)
-            else:
-                del self._idle[key]
-        if self._idle_count >= self.max_idle and oldest is not None:
-            idle = self._idle[oldest[1]]
-            idle.pop(0)[0].socket.close()
-            self._idle_count -= 1
-            if not idle:
-                del self._idle[oldest[1]]
+        if len(self._idle) >= self.max_idle:  # the oldest goes (an expired one first)
+            self._idle.pop(0)[1].socket.close()
+        self._idle.append((key, stream, trio.current_time()))
 
     async def post(self, body: bytes, extra: list[tuple[str, str]], key: str = "") -> LeanResponse:
         """Send the request in one write and read the response head; the body is left
@@ -463,8 +434,5 @@ class LeanPool:
 
     async def aclose(self) -> None:
         self._closed = True
-        for idle in self._idle.values():
-            for stream, _ in idle:
-                stream.socket.close()
-        self._idle.clear()
-        self._idle_count = 0
+        while self._idle:
+            self._idle.pop()[1].socket.close()
