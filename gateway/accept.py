@@ -84,11 +84,13 @@ async def _accept_plain(sock: Any, nursery: trio.Nursery, handler: Handler) -> N
         try:
             conn, _ = raw.accept()
         except BlockingIOError:
-            in_row = 0
-            await trio.lowlevel.wait_readable(raw)  # the checkpoint: cancel, shutdown
-            continue
+            conn = None  # the wait is below: not with the caught exception alive
         except OSError as exc:
             await _accept_failed(exc)
+            continue
+        if conn is None:
+            in_row = 0
+            await trio.lowlevel.wait_readable(raw)  # the checkpoint: cancel, shutdown
             continue
         stream = trio.SocketStream(trio.socket.from_stdlib_socket(conn))
         nursery.start_soon(_run_handler, stream, handler)

@@ -809,7 +809,10 @@ class GatewayTCPServer(TCPServer):
             try:
                 return self._receive_nowait()
             except trio.WouldBlock:  # (the yield bound is not reached here: reset above)
-                await trio.lowlevel.wait_readable(sock)  # the checkpoint: cancel, deadline
+                pass
+            # the wait is outside the except: a caught exception is alive, with its
+            # traceback's frames, for as long as its handler runs (a stream's length)
+            await trio.lowlevel.wait_readable(sock)  # the checkpoint: cancel, deadline
 
     # The lean path (gateway.exchange): a plain head for a lean route, whole in one read
     # at a request boundary, is served without h11 (which stays IDLE) and hypercorn's

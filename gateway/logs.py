@@ -105,6 +105,19 @@ class AccessEntry:
 _ACCESS_FIELDS = tuple(f.name for f in fields(AccessEntry))
 
 
+#: this process's id for access lines (``os.getpid`` is a system call per request);
+#: a forked child sets its own
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 #: a value that goes out bare: printable ASCII but space, double quote, equals, backslash
 _BARE = re.compile(r"[!#-<>-\[\]-~]+")
 
@@ -313,7 +326,7 @@ class _GatewayHandler(logging.StreamHandler[TextIO]):
         created = time.time()
         msecs = int((created - int(created)) * 1000) + 0.0  # as LogRecord computes it
         process = _tag.get() or self.tag.default
-        pid = os.getpid() if logging.logProcesses else None
+        pid = _pid if logging.logProcesses else None
         line = self.line(
             LineParts(created, msecs, "INFO", name, process, access_message(entry), pid, entry)
         )

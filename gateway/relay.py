@@ -18,7 +18,17 @@ journaled. The parts:
 Entering the relay first does, in the consuming task, what needs no wait: the front's
 start and every item a source with a ``read_nowait`` already holds (the lean upstream
 client's bytes that came with the response head). A stream that ends there (a short
-answer) is queued whole, with no task, nursery or scheduler round. Otherwise entering
+answer) is queued whole, with no task, nursery or scheduler round.
+
+A **pull-safe** source (``pull_safe``: a read cancelled while it waits loses nothing;
+the lean upstream client's) is then read by the consumer itself, one read each time
+its queue is empty: read, feed, encode, return; no producer task, nursery, event or
+hand-over per event (a held stream is one task, not two; a paced event one scheduler
+step, not two). The read waits under a cancel scope that :meth:`Relay.stop`, the
+timeouts and a keep-alive cancel only while it waits (the read then goes on, or the
+terminal is written); what one read brought is one output, as with the producer.
+
+Any other source: entering
 opens a nursery in the task that consumes it (see STACK-NOTES: never yield from inside
 a nursery in a body generator; a context manager entered and exited by the sending
 task is safe). One producer task reads, feeds the stage, encodes
@@ -66,7 +76,9 @@ Out_co = TypeVar("Out_co", covariant=True)
 class Source(Protocol[In_co]):
     """``read`` waits for the next item (None at the end). A source may also have
     ``read_nowait()``: the same from what it holds already, or :class:`trio.WouldBlock`;
-    and ``close_nowait()``: close at once if that needs no wait (True), else False."""
+    ``close_nowait()``: close at once if that needs no wait (True), else False; and
+    ``pull_safe`` (True): a ``read`` cancelled while it waits loses nothing, and the
+    next ``read`` goes on where it was (the relay then reads in the consuming task)."""
 
     async def read(self) -> In_co | None: ...
 
@@ -178,8 +190,10 @@ class Relay(Generic[In, Ev, Out]):
         self._started = False  # the front's start is queued
         self._failure: Exception | None = None  # raised in the inline start (a bug)
         self._timer: TimerHandle | None = None
+        #: read in the consuming task, no producer (a source whose reads are pull-safe)
+        self._pull = getattr(source, "pull_safe", False) is True
         #: set once the producer has done what it could without waiting (first_step)
-        self._begun: trio.Event | None = trio.Event()
+        self._begun: trio.Event | None = None if self._pull else trio.Event()
         self.outcome: Outcome | None = None
 
     # -- context manager (runs in the consuming task) ------------------------------
@@ -190,6 +204,9 @@ class Relay(Generic[In, Ev, Out]):
         try:
             if await self._inline():
                 return self  # the whole stream is queued: no task, no nursery
+            if self._pull:  # __anext__ reads when the queue is empty: no task either
+                await self._start()
+                return self
             self._nursery_cm = trio.open_nursery()
             nursery = self._nursery = await self._nursery_cm.__aenter__()
         except BaseException:
@@ -205,7 +222,7 @@ class Relay(Generic[In, Ev, Out]):
         tb: TracebackType | None,
     ) -> bool:
         try:
-            if self._nursery_cm is None:  # done inline: no producer to wait for
+            if self._nursery_cm is None:  # done inline or pulled: no producer to wait for
                 failure, self._failure = self._failure, None
                 if failure is not None and exc is None:
                     raise failure
@@ -286,37 +303,73 @@ class Relay(Generic[In, Ev, Out]):
 
     async def __anext__(self) -> Out:
         recv = self._out
+        first = await self._first()
+        parts: list[Out] | None = None
+        while True:  # outputs already queued go out together (never wait for more)
+            try:
+                more = recv.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+            if parts is None:
+                parts = [first]
+            parts.append(more)
+        if parts is None:
+            return first
+        joined: Out = self._opts.join(parts)
+        return joined
+
+    async def _first(self) -> Out:
+        """The next output, waited for (a wait never happens inside an ``except``: the
+        exception and its frames would stay alive for as long as the stream waits)."""
+        recv = self._out
         while True:
             try:
-                first = recv.receive_nowait()
+                return recv.receive_nowait()
             except trio.WouldBlock:
-                try:  # no deadline here: the stream clock keeps the time
-                    first = await recv.receive()
-                except trio.EndOfChannel:
-                    raise StopAsyncIteration from None
+                pass
             except trio.EndOfChannel:
                 raise StopAsyncIteration from None
-            parts: list[Out] | None = None
-            while True:  # outputs already queued go out together (never wait for more)
-                try:
-                    more = recv.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
-                if parts is None:
-                    parts = [first]
-                parts.append(more)
-            if parts is None:
-                return first
-            joined: Out = self._opts.join(parts)
-            return joined
+            if self._pull:  # read here: the queue is empty, so no push can wait
+                await self._pull_once()
+                continue
+            try:  # no deadline here: the stream clock keeps the time
+                return await recv.receive()
+            except trio.EndOfChannel:
+                raise StopAsyncIteration from None
 
     async def first_step(self) -> None:
         """Wait until the producer has done what it could without waiting: it began a
         read that may wait, or it ended. What the upstream had already sent is encoded
-        and queued by then (the answer's head can leave with it, in one write)."""
+        and queued by then (the answer's head can leave with it, in one write). With
+        no producer (done inline, or pulled) there is nothing to wait for."""
         begun = self._begun
         if begun is not None:
             await begun.wait()
+
+    async def _pull_once(self) -> None:
+        """The producer's loop, one read at a time, in the consuming task (pull mode):
+        read (under a scope that :meth:`stop` and a keep-alive cancel only while the
+        read waits: a pull-safe read loses nothing), feed, queue; or the terminal."""
+        try:
+            if self._stop is None:
+                item: In | _Nothing | None = _NOTHING
+                with trio.CancelScope() as scope:
+                    self._read_scope = scope
+                    self._reading = True
+                    try:
+                        item = await self._source.read()
+                    finally:
+                        self._reading = False
+                        self._read_scope = None
+                if not isinstance(item, _Nothing) and await self._handle(item):
+                    self._out.close_send()
+                    return
+            if self._stop is not None:
+                await self._terminal(self._stop[0])
+                self._out.close_send()
+        except GatewayError as exc:
+            await self._terminal(exc)
+            self._out.close_send()
 
     def _begin(self) -> None:
         begun = self._begun
@@ -376,11 +429,16 @@ class Relay(Generic[In, Ev, Out]):
                 trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError
             ):
                 self._out.send_nowait(ping)
+                if self._pull:  # the consumer waits in the read: let it send the ping
+                    self._cancel_read()
 
     def stop(self, reason: GatewayError | None = CANCELLED) -> None:
         """End the stream early: with ``reason`` (``fail``), or :data:`CANCELLED` (``cancel``)."""
         if self._stop is None:
             self._stop = (reason,)
+        self._cancel_read()
+
+    def _cancel_read(self) -> None:
         if self._read_scope is not None and self._reading:
             self._read_scope.cancel()
 
@@ -391,8 +449,10 @@ class Relay(Generic[In, Ev, Out]):
             return
         try:
             self._out.send_nowait(out)
+            return
         except trio.WouldBlock:
-            await self._out.send(out)
+            pass
+        await self._out.send(out)  # (outside the except: see _first)
 
     async def _produce(self) -> None:
         try:

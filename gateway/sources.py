@@ -54,6 +54,13 @@ class SSESource:
         chunks = resp.aiter_bytes() if encoded else LeanBody.attach(resp) or resp.aiter_raw()
         return cls(chunks, max_event_bytes=max_event_bytes, response=resp)
 
+    @property
+    def pull_safe(self) -> bool:
+        """A read cancelled while it waits loses nothing (:class:`gateway.relay.Source`):
+        the lean client's body read raw (one socket read, then the decoders, which a
+        cancel never interrupts). httpx's iterators and a decoding generator are not."""
+        return type(self._chunks) is LeanResponse
+
     async def read(self) -> list[SSEEvent] | None:
         try:
             data = await self._chunks.__anext__()

@@ -64,3 +64,37 @@ async def test_a_streamed_answer_does_not_keep_its_request_body(
     finally:
         tracemalloc.stop()
     assert largest < size // 2, largest  # the body, raw or parsed, is not held
+
+
+def _caught_exceptions_alive() -> list[str]:
+    """Exceptions of the waits a stream makes, alive: a wait inside an ``except`` block
+    keeps the caught exception, its traceback and their frames for as long as it waits."""
+    import gc
+
+    kinds = (trio.WouldBlock, BlockingIOError, trio.EndOfChannel)
+    return [type(o).__name__ for o in gc.get_objects() if isinstance(o, kinds)]
+
+
+async def test_a_waiting_stream_keeps_no_caught_exception_alive(
+    gateway: Gateway, upstream: Upstream
+) -> None:
+    body = {
+        "model": "demo-quiet",
+        "quiet_seconds": 3,
+        "stream": True,
+        "messages": [{"role": "user", "content": "hello"}],
+    }
+    async with (
+        gateway.client(ALICE_KEY) as client,
+        client.stream("POST", "/v1/chat/completions", json=body) as resp,
+    ):
+        got = b""
+        chunks = resp.aiter_raw()
+        while b"for a moment" not in got:  # the upstream is quiet now: the stream waits
+            got += await chunks.__anext__()
+        await trio.sleep(0.2)
+        alive = _caught_exceptions_alive()
+        async for chunk in chunks:
+            got += chunk
+    assert got.rstrip().endswith(b"data: [DONE]")
+    assert alive == []

@@ -396,3 +396,93 @@ async def test_idle_connections_are_bounded_for_all_principals_together() -> Non
         finally:
             await u.aclose()
         assert pool._idle == []
+
+
+def _close_delimited(stream: trio.SocketStream) -> LeanResponse:
+    import h11
+
+    head = h11.Response(status_code=200, headers=[], http_version=b"1.0")
+    return LeanResponse(None, stream, head, ("http/1.0", ()), b"")  # type: ignore[arg-type]
+
+
+async def test_bytes_there_in_a_row_yield_every_quick_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A read that finds bytes there takes no scheduler round, so an upstream that never
+    pauses could starve every other task: every QUICK_READS such reads yield once."""
+    from gateway import leanclient
+
+    monkeypatch.setattr(leanclient, "READ_BYTES", 1)  # a read per byte, all there
+    a, b = socket.socketpair()
+    b.sendall(b"x" * 40)
+    resp = _close_delimited(trio.SocketStream(trio.socket.from_stdlib_socket(a)))
+    ran = [0]
+
+    async def other() -> None:
+        while True:
+            ran[0] += 1
+            await trio.lowlevel.checkpoint()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other)
+            await trio.lowlevel.checkpoint()
+            before = ran[0]
+            for _ in range(4 * leanclient.QUICK_READS):
+                assert await resp.__anext__() == b"x"
+            assert ran[0] - before >= 2  # it ran while the bytes were read (3 yields)
+            nursery.cancel_scope.cancel()
+    finally:
+        b.close()
+        await resp._stream.aclose()
+
+
+async def test_a_read_cancelled_while_it_waits_loses_nothing() -> None:
+    """The relay reads a pull-safe source in the consumer and cancels a read that waits
+    (a keep-alive, a stop): the next read goes on where it was, no byte lost."""
+    async with raw_server(lambda n: [HEAD, *split(BODY, *range(7, len(BODY), 37))]) as srv:
+        u = upstream(srv.url, lean=True)
+        try:
+            resp = await u.open_chat_stream(BODY_IN, "principal-1")
+            source = SSESource.from_response(resp, max_event_bytes=1 << 20)
+            assert source.pull_safe
+            got: list[bytes] = []
+            cancelled = 0
+            try:
+                while True:
+                    batch: Any = False
+                    with trio.move_on_after(0.002) as scope:
+                        batch = await source.read()
+                    if scope.cancelled_caught:
+                        cancelled += 1
+                        continue
+                    if batch is None:
+                        break
+                    got.extend(e.data.encode() for e in batch)
+            finally:
+                await source.aclose()
+            assert cancelled > 5  # many reads were cancelled while they waited
+            assert got == EVENTS or got == await events_of(u)
+        finally:
+            await u.aclose()
+
+
+async def test_a_gzip_or_httpx_source_is_not_pull_safe() -> None:
+    async with raw_server(lambda n: ERRORS["gzip-sse"], close_after=True) as srv:
+        u = upstream(srv.url, lean=True)
+        try:
+            resp = await u.open_chat_stream(BODY_IN, "principal-1")
+            source = SSESource.from_response(resp, max_event_bytes=1 << 20)
+            assert not source.pull_safe  # httpx's decoders: an async generator
+            await source.aclose()
+        finally:
+            await u.aclose()
+    async with raw_server(lambda n: [HEAD + BODY]) as srv:
+        u = upstream(srv.url, lean=False)
+        try:
+            resp = await u.open_chat_stream(BODY_IN, "principal-1")
+            source = SSESource.from_response(resp, max_event_bytes=1 << 20)
+            assert not source.pull_safe
+            await source.aclose()
+        finally:
+            await u.aclose()

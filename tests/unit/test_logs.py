@@ -260,3 +260,28 @@ async def test_tags_follow_the_tasks_of_each_app(stream: io.StringIO) -> None:
         ("proxy", "proxy"),
         ("gateway", "outside"),
     }
+
+
+def test_a_forked_childs_access_lines_carry_its_own_pid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pid is kept, not asked for per line: a forked child must not write its
+    parent's."""
+    import os
+
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            buf = io.StringIO()
+            configure_logging("gateway", "json", "info", stream=buf)
+            log_access(logging.getLogger("gateway.access"), "-", "GET", "/", "/", 200, 1, 1.0)
+            os.write(write, f"{os.getpid()} {json.loads(buf.getvalue())['pid']}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as r:
+        child, logged = r.read().split()
+    assert os.waitpid(pid, 0)[1] == 0
+    assert child == logged and int(child) != os.getpid()

@@ -31,7 +31,13 @@ class Step:
 
 class Script:
     """A source that follows a script: ``bytes`` (an item), a number (sleep that long
-    first), ``None`` (the end), an exception (raised), ``"block"`` (wait forever)."""
+    first), ``None`` (the end), an exception (raised), ``"block"`` (wait forever).
+
+    Its reads are pull-safe (a cancelled read loses nothing: the rest of its wait is
+    put back); ``pull_safe`` says so to the relay only where a test (or the module's
+    fixture) sets it, so every test here runs with a producer task and without."""
+
+    pull_safe = False
 
     def __init__(self, *steps: Any) -> None:
         self.steps = list(steps)
@@ -43,6 +49,7 @@ class Script:
         self.reads += 1
         while True:
             step = self.steps.pop(0) if self.steps else "block"
+            started = trio.current_time()
             try:
                 if step == "block":
                     await trio.sleep_forever()
@@ -51,6 +58,10 @@ class Script:
                     continue
             except trio.Cancelled:
                 self.cancelled += 1
+                if step == "block":
+                    self.steps.insert(0, step)
+                else:
+                    self.steps.insert(0, max(0.0, step - (trio.current_time() - started)))
                 raise
             if isinstance(step, BaseException):
                 raise step
@@ -106,17 +117,50 @@ class Tags:
         return self.encode(events) + b"CANCEL|"
 
 
+@pytest.fixture(autouse=True, params=["producer", "pull"])
+def relay_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test twice: the source read by a producer task, and by the consumer."""
+    if request.param == "pull":  # as the lean client's source: pull-safe, read_nowait
+        monkeypatch.setattr(Script, "pull_safe", True)
+        monkeypatch.setattr(Script, "read_nowait", _read_nowait, raising=False)
+    return str(request.param)
+
+
+def _read_nowait(self: Script) -> bytes | None:
+    """What is there without a wait: an item, the end or an error (not a wait)."""
+    if not self.steps or not (
+        self.steps[0] is None or isinstance(self.steps[0], bytes | Exception)
+    ):
+        raise trio.WouldBlock
+    self.reads += 1
+    step = self.steps.pop(0)
+    if isinstance(step, Exception):
+        raise step
+    assert step is None or isinstance(step, bytes)
+    return step
+
+
+def pulled(relay: Relay[Any, Any, Any]) -> bool:
+    return relay._pull
+
+
 def opts(**kw: Any) -> RelayOptions:
     return RelayOptions(**{"keepalive_seconds": 15.0, "idle_timeout_seconds": 300.0, **kw})
 
 
 async def collect(relay: Relay[Any, Any, Any]) -> list[tuple[float, bytes]]:
-    """Every output with the (virtual) time it was received."""
-    out = []
+    """Every output with the (virtual) time it was received. Read by the consumer
+    (pull mode), what one read brought is one output: those of one moment are joined
+    here, as the producer's queue joins what it queued before the consumer ran."""
+    out: list[tuple[float, bytes]] = []
     t0 = trio.current_time()
     async with relay as outputs:
         async for o in outputs:
-            out.append((round(trio.current_time() - t0, 3), o))
+            now = round(trio.current_time() - t0, 3)
+            if pulled(relay) and out and out[-1][0] == now:
+                out[-1] = (now, out[-1][1] + o)
+            else:
+                out.append((now, o))
     return out
 
 
@@ -146,7 +190,8 @@ async def test_idle_timeout_ends_the_stream_and_cancels_the_read(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     source = Script(b"a", "block")
-    got = await collect(Relay(source, Echo(), Tags(), opts(idle_timeout_seconds=60)))
+    relay = Relay(source, Echo(), Tags(), opts(idle_timeout_seconds=60))
+    got = await collect(relay)
     assert got == [
         (0, b"S|E:a|"),
         (15, b"K|"),
@@ -154,7 +199,8 @@ async def test_idle_timeout_ends_the_stream_and_cancels_the_read(
         (45, b"K|"),
         (60, b"E:held|FAIL:upstream_timeout|"),
     ]
-    assert source.cancelled == 1 and source.closed == 1
+    # read by the consumer, each keep-alive also ends a wait (the read goes on after it)
+    assert source.cancelled == (4 if pulled(relay) else 1) and source.closed == 1
 
 
 @pytest.mark.parametrize(
@@ -213,7 +259,9 @@ async def test_stop_cancels_a_pending_read(
                 await trio.sleep(3)
                 relay.stop(reason)
     assert got == [(0, b"S|E:a|"), (3, terminal)]
-    assert source.reads == 2 and source.cancelled == 1 and source.closed == 1
+    # read by the consumer, nothing was read while it slept: no read to cancel
+    assert source.reads == (1 if pulled(relay) else 2)
+    assert source.cancelled == (0 if pulled(relay) else 1) and source.closed == 1
     assert stage.finished == [True]  # held text: file names only
     assert relay.outcome is reason
 
@@ -245,9 +293,9 @@ async def test_the_consumer_leaving_closes_the_source(
     async with relay as outputs:
         async for o in outputs:
             assert o == b"S|E:a|"
-            await trio.sleep(1)  # the producer is in its read now
+            await trio.sleep(1)  # the producer is in its read now (not in pull mode)
             break
-    assert source.cancelled == 1 and source.closed == 1
+    assert source.cancelled == (0 if pulled(relay) else 1) and source.closed == 1
     assert relay.outcome is None  # nobody to write a terminal to
 
 
@@ -256,12 +304,14 @@ async def test_a_cancelled_consumer_closes_the_source(
 ) -> None:
     source = Script(b"a", "block")
     got = []
+    relay = Relay(source, Echo(), Tags(), opts())
     with trio.move_on_after(20):
-        async with Relay(source, Echo(), Tags(), opts()) as outputs:
+        async with relay as outputs:
             async for o in outputs:
                 got.append(o)
     assert got == [b"S|E:a|", b"K|"]
-    assert source.cancelled == 1 and source.closed == 1
+    # read by the consumer, the keep-alive also ended a wait
+    assert source.cancelled == (2 if pulled(relay) else 1) and source.closed == 1
 
 
 async def test_outputs_queued_together_leave_in_one_write(

@@ -207,3 +207,111 @@ async def test_a_bug_while_relaying_what_is_held_is_raised_on_exit_after_the_ans
                     got.append(o)
         assert b"".join(got) == b"S|E:a|E:held|END|", held
         assert source.closed == 1
+
+
+# -- pull mode: a pull-safe source is read by the consumer, never by a producer task
+
+
+class Pulled(Held):
+    """A :class:`Held` whose reads are pull-safe (as the lean client's source)."""
+
+    pull_safe = True
+
+
+@pytest.mark.parametrize("seed", range(40))
+async def test_a_pulled_stream_gives_the_outputs_of_the_producer(
+    seed: int, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Seeded scripts (items, waits, an error or the end) and any part of them held:
+    read by the consumer, the stream's bytes are those of the producer, and no task is
+    spawned for it."""
+    rnd = random.Random(seed)
+    steps: list[Any] = []
+    for _ in range(rnd.randrange(0, 40)):
+        steps.append(rnd.choice([b"x", b"y", b"z", 1, b"ERR" if rnd.random() < 0.05 else b"w"]))
+    steps.append(rnd.choice([None, None, b"DONE", UpstreamError("cut", code="upstream_error")]))
+    plain = b"".join(await _outputs(Relay(Script(*steps), Echo(), Tags(), opts())))
+    spawns = Spawns()
+    trio.lowlevel.add_instrument(spawns)
+    try:
+        for held in (0, 1, rnd.randrange(0, 50), 10**6):
+            relay = Relay(Pulled(held, *steps), Echo(), Tags(), opts())
+            got = b"".join(await _outputs(relay))
+            assert got == plain, (held, steps)
+            assert relay._nursery is None
+    finally:
+        trio.lowlevel.remove_instrument(spawns)
+    assert not [n for n in spawns.names if "_produce" in n]
+
+
+@pytest.mark.parametrize("seed", range(20))
+async def test_pulled_keepalives_and_timeouts_come_at_the_producers_moments(
+    seed: int, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Long silences (keep-alives, the idle bound) in seeded scripts: every output at
+    the same virtual moment as with a producer (those of one moment joined)."""
+    rnd = random.Random(seed)
+    steps: list[Any] = []
+    for _ in range(rnd.randrange(1, 12)):  # waits that never end on a tick: no ties,
+        # whose order trio leaves to chance (a ping then the data, or the data alone)
+        steps.append(rnd.choice([b"x", b"y", 3.01, 14.03, 16.07, 31.11, 59.13]))
+    steps.append(rnd.choice([None, b"DONE", 400.17, "block"]))
+    o = opts(keepalive_seconds=15.0, idle_timeout_seconds=60.0, first_byte_seconds=50.0)
+
+    async def timed(source: Script) -> list[tuple[float, bytes]]:
+        out: list[tuple[float, bytes]] = []
+        t0 = trio.current_time()
+        async with Relay(source, Echo(), Tags(), o) as outputs:
+            async for chunk in outputs:
+                now = round(trio.current_time() - t0, 3)
+                if out and out[-1][0] == now:
+                    out[-1] = (now, out[-1][1] + chunk)
+                else:
+                    out.append((now, chunk))
+        return out
+
+    assert await timed(Pulled(10**6, *steps)) == await timed(Script(*steps))
+
+
+async def test_a_pulled_read_is_cancelled_only_while_it_waits(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A stop while the consumer is busy elsewhere (writing) cancels nothing: the stream
+    ends before its next read; a stop during the read ends that wait at once."""
+    source = Pulled(10**6, b"a", 5, b"b", "block")
+    relay = Relay(source, Echo(), Tags(), opts())
+    got = []
+    async with relay as outputs:
+        async for chunk in outputs:
+            got.append((trio.current_time(), chunk))
+            if chunk == b"E:b|":
+                relay.stop()  # not reading: nothing to cancel
+                assert source.cancelled == 0
+    assert got == [(0, b"S|E:a|"), (5, b"E:b|"), (5, b"E:held|CANCEL|")]
+    assert source.cancelled == 0 and source.closed == 1
+
+    source = Pulled(10**6, b"a", "block")
+    relay = Relay(source, Echo(), Tags(), opts())
+    t0 = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_stop_later, relay, 7.0)
+        got2 = [(trio.current_time() - t0, chunk) async for chunk in _iterate(relay)]
+    assert got2 == [(0, b"S|E:a|"), (7, b"E:held|CANCEL|")]
+    assert source.cancelled == 1 and source.closed == 1
+
+
+async def _stop_later(relay: Relay[Any, Any, Any], delay: float) -> None:
+    await trio.sleep(delay)
+    relay.stop()
+
+
+async def _iterate(relay: Relay[Any, Any, Any]) -> Any:
+    async with relay as outputs:
+        async for chunk in outputs:
+            yield chunk
+
+
+async def test_a_pulled_stream_with_more_than_the_queue_holds_never_waits_on_itself() -> None:
+    items = [b"%d" % i for i in range(5 * OUT_BUFFER)]
+    got = await _outputs(Relay(Pulled(10**6, *items, None), Echo(), Tags(), opts()))
+    assert b"".join(got) == b"S|" + b"".join(b"E:" + i + b"|" for i in items) + b"E:held|END|"
