@@ -20,13 +20,14 @@ start and every item a source with a ``read_nowait`` already holds (the lean ups
 client's bytes that came with the response head). A stream that ends there (a short
 answer) is queued whole, with no task, nursery or scheduler round.
 
-A **pull-safe** source (``pull_safe``: a read cancelled while it waits loses nothing;
-the lean upstream client's) is then read by the consumer itself, one read each time
-its queue is empty: read, feed, encode, return; no producer task, nursery, event or
-hand-over per event (a held stream is one task, not two; a paced event one scheduler
-step, not two). The read waits under a cancel scope that :meth:`Relay.stop`, the
-timeouts and a keep-alive cancel only while it waits (the read then goes on, or the
-terminal is written); what one read brought is one output, as with the producer.
+A **pull-safe** source (``pull_safe``, ``interrupt()``: a waiting read can be woken
+having taken nothing; the lean upstream client's) is then read by the consumer
+itself, one read each time its queue is empty: read, feed, encode, return; no
+producer task, nursery, event or hand-over per event (a held stream is one task, not
+two; a paced event one scheduler step, not two), and no cancel scope per read:
+:meth:`Relay.stop`, the timeouts and a keep-alive interrupt the read only while it
+waits (the stream then goes on, or its terminal is written); what one read brought is
+one output, as with the producer.
 
 Any other source: entering
 opens a nursery in the task that consumes it (see STACK-NOTES: never yield from inside
@@ -77,8 +78,9 @@ class Source(Protocol[In_co]):
     """``read`` waits for the next item (None at the end). A source may also have
     ``read_nowait()``: the same from what it holds already, or :class:`trio.WouldBlock`;
     ``close_nowait()``: close at once if that needs no wait (True), else False; and
-    ``pull_safe`` (True): a ``read`` cancelled while it waits loses nothing, and the
-    next ``read`` goes on where it was (the relay then reads in the consuming task)."""
+    ``pull_safe`` (True) with ``interrupt()``: a read waiting when ``interrupt`` is
+    called raises :class:`trio.WouldBlock` having taken nothing, and the next ``read``
+    goes on where it was (the relay then reads in the consuming task)."""
 
     async def read(self) -> In_co | None: ...
 
@@ -348,19 +350,20 @@ class Relay(Generic[In, Ev, Out]):
 
     async def _pull_once(self) -> None:
         """The producer's loop, one read at a time, in the consuming task (pull mode):
-        read (under a scope that :meth:`stop` and a keep-alive cancel only while the
-        read waits: a pull-safe read loses nothing), feed, queue; or the terminal."""
+        read, feed, queue; or the terminal. No cancel scope per read (≈ a fifth of a
+        paced event's cost): :meth:`stop` and a keep-alive wake a read that waits with
+        the source's ``interrupt()``, and that read raises :class:`trio.WouldBlock`
+        having taken nothing."""
         try:
             if self._stop is None:
                 item: In | _Nothing | None = _NOTHING
-                with trio.CancelScope() as scope:
-                    self._read_scope = scope
-                    self._reading = True
-                    try:
-                        item = await self._source.read()
-                    finally:
-                        self._reading = False
-                        self._read_scope = None
+                self._reading = True
+                try:
+                    item = await self._source.read()
+                except trio.WouldBlock:
+                    pass  # interrupted while it waited (a stop, a ping): nothing read
+                finally:
+                    self._reading = False
                 if not isinstance(item, _Nothing) and await self._handle(item):
                     self._out.close_send()
                     return
@@ -439,7 +442,11 @@ class Relay(Generic[In, Ev, Out]):
         self._cancel_read()
 
     def _cancel_read(self) -> None:
-        if self._read_scope is not None and self._reading:
+        if not self._reading:
+            return
+        if self._pull:
+            self._source.interrupt()  # type: ignore[attr-defined]
+        elif self._read_scope is not None:
             self._read_scope.cancel()
 
     # -- producer ------------------------------------------------------------------

@@ -56,10 +56,17 @@ class SSESource:
 
     @property
     def pull_safe(self) -> bool:
-        """A read cancelled while it waits loses nothing (:class:`gateway.relay.Source`):
-        the lean client's body read raw (one socket read, then the decoders, which a
-        cancel never interrupts). httpx's iterators and a decoding generator are not."""
-        return type(self._chunks) is LeanResponse
+        """A waiting read can be woken having taken nothing (:meth:`interrupt`,
+        :class:`gateway.relay.Source`): the lean client's body read raw (one socket
+        read, then the decoders). httpx's iterators and a decoding generator cannot."""
+        chunks = self._chunks
+        return type(chunks) is LeanResponse and chunks.interruptible
+
+    def interrupt(self) -> None:
+        """Wake a read that waits: it raises :class:`trio.WouldBlock` (pull-safe only)."""
+        chunks = self._chunks
+        if type(chunks) is LeanResponse:
+            chunks.interrupt()
 
     async def read(self) -> list[SSEEvent] | None:
         try:
@@ -67,6 +74,8 @@ class SSESource:
         except StopAsyncIteration:
             self._end()
             return None
+        except trio.WouldBlock:  # interrupted while it waited: nothing taken
+            raise
         except Exception as exc:  # httpx and OS errors: translated at this boundary
             raise translate(exc) from exc
         return self._decoder.feed(data) if data else []

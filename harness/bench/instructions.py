@@ -29,6 +29,20 @@ from pathlib import Path
 from harness.bench import relay
 
 MODEL = "bench-plain-1-bulk"
+NEW_CONN = "1-delta chat, a new connection each"
+PACED = "a paced delta (per delta, 2 streams)"
+#: 2 streams of 150 deltas, one upstream write each, 30 ms apart: far enough apart for
+#: the gateway slowed by callgrind (~50x) to read each on its own
+PACED_STREAMS, PACED_DELTAS = 2, 150
+PACED_ARGS = ("--streams", str(PACED_STREAMS), "--extra", '{"bench_pace_ms": 30}')
+
+
+def _paced(p: relay.Procs, out: Path, per_stream: float) -> float:
+    """Thousands of instructions per paced delta: the run's count less a 1-delta
+    stream's per stream (its request, connection and end)."""
+    model = f"bench-plain-{PACED_DELTAS}-paced"
+    whole = _count(p.gateway.pid, out, lambda: relay.client(p.gw_url, model, *PACED_ARGS))
+    return (whole / 1000 - per_stream * PACED_STREAMS) / (PACED_STREAMS * PACED_DELTAS)
 
 
 def _start(tmp: Path, out: Path) -> relay.Procs:
@@ -75,9 +89,7 @@ def measure(requests: int = 200) -> dict[str, float]:
                 conn.close()
 
             runs = {
-                "1-delta chat, a new connection each": lambda: relay.client(
-                    p.gw_url, MODEL, "--sequential", str(requests)
-                ),
+                NEW_CONN: lambda: relay.client(p.gw_url, MODEL, "--sequential", str(requests)),
                 "1-delta chat, kept alive": lambda: relay.client(
                     p.gw_url, MODEL, "--sequential", str(requests), "--keep-alive"
                 ),
@@ -85,6 +97,7 @@ def measure(requests: int = 200) -> dict[str, float]:
             }
             for name, run in runs.items():
                 figures[name] = _count(p.gateway.pid, out, run) / requests / 1000
+            figures[PACED] = _paced(p, out, figures[NEW_CONN])
         finally:
             p.stop()
     return figures

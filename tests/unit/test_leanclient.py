@@ -486,3 +486,40 @@ async def test_a_gzip_or_httpx_source_is_not_pull_safe() -> None:
             await source.aclose()
         finally:
             await u.aclose()
+
+
+async def test_an_interrupted_read_loses_nothing_and_the_next_one_waits_again() -> None:
+    """interrupt() wakes a waiting body read (WouldBlock, nothing taken), however often,
+    also when it lands while no read waits; later reads wait for bytes as before."""
+    async with raw_server(lambda n: [HEAD, *split(BODY, *range(7, len(BODY), 37))]) as srv:
+        u = upstream(srv.url, lean=True)
+        try:
+            resp = await u.open_chat_stream(BODY_IN, "principal-1")
+            source = SSESource.from_response(resp, max_event_bytes=1 << 20)
+            assert source.pull_safe
+            got: list[bytes] = []
+            woken = [0]
+
+            async def interrupter() -> None:
+                for _ in range(10):  # then the reads go on without: they must still wake
+                    await trio.sleep(0.0015)
+                    source.interrupt()
+
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(interrupter)
+                    while True:
+                        try:
+                            batch = await source.read()
+                        except trio.WouldBlock:
+                            woken[0] += 1
+                            continue
+                        if batch is None:
+                            break
+                        got.extend(e.data.encode() for e in batch)
+            finally:
+                await source.aclose()
+            assert woken[0] >= 3
+            assert got == await events_of(u)
+        finally:
+            await u.aclose()

@@ -44,29 +44,37 @@ class Script:
         self.reads = 0
         self.cancelled = 0
         self.closed = 0
+        self._wait = trio.CancelScope()
 
     async def read(self) -> bytes | None:
         self.reads += 1
         while True:
             step = self.steps.pop(0) if self.steps else "block"
             started = trio.current_time()
-            try:
-                if step == "block":
-                    await trio.sleep_forever()
-                if isinstance(step, int | float) and not isinstance(step, bool):
-                    await trio.sleep(step)
-                    continue
-            except trio.Cancelled:
-                self.cancelled += 1
-                if step == "block":
-                    self.steps.insert(0, step)
-                else:
-                    self.steps.insert(0, max(0.0, step - (trio.current_time() - started)))
-                raise
+            with trio.CancelScope() as self._wait:  # interrupt() cancels this one
+                try:
+                    if step == "block":
+                        await trio.sleep_forever()
+                    if isinstance(step, int | float) and not isinstance(step, bool):
+                        await trio.sleep(step)
+                        continue
+                except trio.Cancelled:
+                    self.cancelled += 1
+                    if step == "block":
+                        self.steps.insert(0, step)
+                    else:
+                        self.steps.insert(0, max(0.0, step - (trio.current_time() - started)))
+                    raise
+            if self._wait.cancelled_caught:  # interrupted: nothing taken
+                raise trio.WouldBlock
             if isinstance(step, BaseException):
                 raise step
             assert step is None or isinstance(step, bytes)
             return step
+
+    def interrupt(self) -> None:
+        """Wake a waiting read (pull mode): it raises WouldBlock, its wait put back."""
+        self._wait.cancel()
 
     async def aclose(self) -> None:
         self.closed += 1
