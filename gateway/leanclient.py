@@ -31,6 +31,7 @@ transport) keeps httpx.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -39,6 +40,7 @@ import httpx
 import trio
 
 from gateway.chunked import ChunkedDecoder, ChunkedError
+from gateway.streamclock import clock
 
 __all__ = ["KEEPALIVE_EXPIRY", "LeanPool", "LeanResponse", "available"]
 
@@ -339,6 +341,59 @@ def _send_nowait(stream: trio.SocketStream, data: bytes) -> bytes | memoryview:
     return memoryview(data)[sent:] if sent < len(data) else b""
 
 
+class _Wake:
+    """A stream-clock entry that wakes the wait on a socket at its moment."""
+
+    __slots__ = ("fired", "sock")
+
+    def __init__(self, sock: Any) -> None:
+        self.sock = sock
+        self.fired = False
+
+    def due(self, now: float) -> None:
+        self.fired = True
+        if self.sock.fileno() != -1:
+            trio.lowlevel.notify_closing(self.sock)
+
+    def drain(self) -> None:  # pragma: no cover - registered without a drain event
+        pass
+
+
+async def _receive_by(stream: trio.SocketStream, deadline: float) -> bytes:
+    """One read of the response head, by ``deadline`` (then :class:`trio.TooSlowError`).
+    A cancel scope with a deadline cost a request ≈ 57 k instructions; the wait is
+    timed here by an entry in the run's stream clock, which wakes it at the deadline
+    (``notify_closing``: the socket stays open; a later wait registers it again)."""
+    sock: Any = getattr(stream.socket, "_sock", None)
+    if sock is None:  # not a plain socket: trio's read under a scope
+        with trio.fail_at(deadline):
+            return await stream.receive_some(READ_BYTES)
+    timer: _Wake | None = None
+    handle = None
+    try:
+        while True:
+            try:
+                data: bytes = sock.recv(READ_BYTES)
+                return data
+            except (BlockingIOError, InterruptedError):
+                pass
+            if trio.current_time() >= deadline:
+                raise trio.TooSlowError
+            if timer is None:
+                timer = _Wake(sock)
+                if deadline < math.inf:
+                    handle = clock().add(timer, deadline)
+            try:
+                await trio.lowlevel.wait_readable(sock)
+            except trio.ClosedResourceError:
+                if not timer.fired:
+                    raise
+                raise trio.TooSlowError from None
+    finally:
+        if handle is not None:
+            handle.cancel()
+
+
 class _Unanswered(Exception):
     """A reused connection failed before any byte of an answer (retried once)."""
 
@@ -381,11 +436,14 @@ class LeanPool:
             (self._head, f"{tail}Content-Length: {len(body)}\r\n\r\n".encode("latin-1"), body)
         )
 
-    async def _connect(self) -> trio.SocketStream:
+    async def _connect(self, deadline: float = math.inf) -> trio.SocketStream:
+        connect_by = trio.current_time() + self.connect_timeout
         try:
-            with trio.fail_after(self.connect_timeout):
+            with trio.fail_at(min(connect_by, deadline)):
                 return await trio.open_tcp_stream(self.host, self.port)
         except trio.TooSlowError:
+            if deadline <= connect_by:  # the answer's bound came first
+                raise
             raise httpx.ConnectTimeout("timed out connecting to the upstream") from None
         except OSError as exc:
             raise httpx.ConnectError(str(exc)) from exc
@@ -414,10 +472,19 @@ class LeanPool:
             self._idle.pop(0)[1].socket.close()
         self._idle.append((key, stream, trio.current_time()))
 
-    async def post(self, body: bytes, extra: list[tuple[str, str]], key: str = "") -> LeanResponse:
+    async def post(
+        self,
+        body: bytes,
+        extra: list[tuple[str, str]],
+        key: str = "",
+        *,
+        deadline: float = math.inf,
+    ) -> LeanResponse:
         """Send the request in one write and read the response head; the body is left
         for the caller (who must ``aclose()`` the response). ``key``: whose request it
-        is (a connection is reused only for the same key).
+        is (a connection is reused only for the same key). ``deadline`` (trio time): the
+        head must have come by then, else :class:`trio.TooSlowError` (the wait for it is
+        timed by the run's stream clock, not a cancel scope: :func:`_receive_by`).
 
         A pooled connection the server closed while we reused it (its FIN or reset
         crossed our request: nothing of a response came back) is retried once on a
@@ -426,30 +493,41 @@ class LeanPool:
         stream = self._take_idle(key)
         if stream is not None:
             try:
-                return await self._exchange(stream, data, key)
+                return await self._exchange(stream, data, key, deadline)
             except _Unanswered:
                 pass
-        return await self._exchange(await self._connect(), data, key, fresh=True)
+        return await self._exchange(await self._connect(deadline), data, key, deadline, fresh=True)
 
     async def _exchange(
-        self, stream: trio.SocketStream, data: bytes, key: str, *, fresh: bool = False
+        self,
+        stream: trio.SocketStream,
+        data: bytes,
+        key: str,
+        deadline: float,
+        *,
+        fresh: bool = False,
     ) -> LeanResponse:
         try:
             try:
                 rest = _send_nowait(stream, data)
                 if rest:
-                    with trio.fail_after(self.connect_timeout):  # httpx's write timeout
+                    write_by = trio.current_time() + self.connect_timeout  # httpx's
+                    with trio.fail_at(min(write_by, deadline)):  # write timeout
                         await stream.send_all(rest)
             except trio.TooSlowError:
+                if trio.current_time() >= deadline:
+                    raise
                 raise httpx.WriteTimeout("timed out writing to the upstream") from None
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 raise (httpx.WriteError if fresh else _Unanswered)(str(exc)) from exc
-            return await self._response(stream, fresh, key)
+            return await self._response(stream, fresh, key, deadline)
         except BaseException:
             await trio.aclose_forcefully(stream)
             raise
 
-    async def _response(self, stream: trio.SocketStream, fresh: bool, key: str) -> LeanResponse:
+    async def _response(
+        self, stream: trio.SocketStream, fresh: bool, key: str, deadline: float
+    ) -> LeanResponse:
         buf = ReceiveBuffer()
         while True:
             try:
@@ -460,7 +538,7 @@ class LeanPool:
                 if len(buf) > MAX_HEAD:
                     raise httpx.RemoteProtocolError("the response head is too long")
                 try:
-                    data = await stream.receive_some(READ_BYTES)
+                    data = await _receive_by(stream, deadline)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                     if not fresh and not len(buf):
                         raise _Unanswered(str(exc)) from exc

@@ -400,14 +400,30 @@ class Upstream:
             with trio.fail_after(self.first_byte_seconds):
                 return await call(*args, **kw)
         except trio.TooSlowError:
-            raise UpstreamError(
-                f"The upstream model server did not answer within "
-                f"{self.first_byte_seconds:g} s (upstream.first_byte_timeout_seconds).",
-                code="upstream_timeout",
-                status=504,
-            ) from None
+            raise self._too_slow() from None
         except Exception as exc:  # httpx errors and OS errors alike
             raise translate(exc) from exc
+
+    async def _lean_post(self, content: bytes, principal_id: str) -> LeanResponse:
+        """:meth:`_bounded` for the lean client, which keeps the bound itself (its wait
+        for the answer's head is timed by the stream clock: no cancel scope)."""
+        assert self._lean is not None
+        extra = [("X-Gateway-Principal", principal_id)]
+        deadline = trio.current_time() + self.first_byte_seconds
+        try:
+            return await self._lean.post(content, extra, principal_id, deadline=deadline)
+        except trio.TooSlowError:
+            raise self._too_slow() from None
+        except Exception as exc:  # httpx errors and OS errors alike
+            raise translate(exc) from exc
+
+    def _too_slow(self) -> UpstreamError:
+        return UpstreamError(
+            f"The upstream model server did not answer within "
+            f"{self.first_byte_seconds:g} s (upstream.first_byte_timeout_seconds).",
+            code="upstream_timeout",
+            status=504,
+        )
 
     async def open_chat_stream(self, body: dict[str, Any], principal_id: str) -> StreamResponse:
         """Start a streaming chat completion; the caller must ``aclose()`` the response.
@@ -418,8 +434,7 @@ class Upstream:
         content = _json_bytes(self._body(body))
         resp: StreamResponse
         if self._lean is not None and _safe_value(principal_id):
-            extra = [("X-Gateway-Principal", principal_id)]
-            resp = await self._bounded(self._lean.post, content, extra, principal_id)
+            resp = await self._lean_post(content, principal_id)
         else:
             req = httpx.Request(
                 "POST",

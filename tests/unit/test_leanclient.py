@@ -523,3 +523,55 @@ async def test_an_interrupted_read_loses_nothing_and_the_next_one_waits_again() 
             assert got == await events_of(u)
         finally:
             await u.aclose()
+
+
+@pytest.mark.parametrize(
+    "pieces", [1, 4, len(HEAD)], ids=["silent-after-head-start", "4", "bytewise"]
+)
+async def test_the_first_byte_bound_holds_for_a_head_that_trickles(pieces: int) -> None:
+    """The answer's head must be whole by ``first_byte_timeout_seconds`` (one bound
+    for all its reads, kept by the stream clock): a head that keeps trickling, or that
+    stops half-way, ends in ``upstream_timeout`` at that moment; the clock keeps no
+    entry for it afterwards."""
+    from gateway.streamclock import clock
+
+    partial = HEAD[:-1]  # never whole
+    size = max(1, len(partial) // pieces)
+    parts = [partial[i : i + size] for i in range(0, len(partial), size)]
+    writes = [*(p for part in parts for p in (part, b"")), b""]
+
+    async def script_server(stream: trio.SocketStream) -> None:
+        await stream.receive_some(65536)
+        for part in writes:
+            if part:
+                await stream.send_all(part)
+            await trio.sleep(0.03)  # 30 ms apart: the bound passes mid-way
+        await trio.sleep_forever()
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.serve_listeners, script_server, listeners)
+        u = upstream(f"http://127.0.0.1:{port}", lean=True, first_byte=0.25)
+        started = trio.current_time()
+        try:
+            got = await outcome(u)
+        finally:
+            await u.aclose()
+        took = trio.current_time() - started
+        nursery.cancel_scope.cancel()
+    assert got[0] == "upstream_timeout" and got[1] == 504
+    assert 0.24 <= took < 0.6, took
+    stats = clock().statistics()
+    assert stats["entries"] == stats["dead"], stats  # the head's timer was cancelled
+
+
+async def test_a_head_just_in_time_and_its_body_read_after_it() -> None:
+    """A head that comes right before its bound is read, and the body's reads (which
+    wait on the same socket the clock may have woken) go on as usual."""
+    async with raw_server(lambda n: [HEAD, *split(BODY, 50, 500)]) as srv:
+        u = upstream(srv.url, lean=True, first_byte=0.05)
+        try:
+            assert await events_of(u) == [e[len(b"data: ") : -2] for e in EVENTS]
+        finally:
+            await u.aclose()
