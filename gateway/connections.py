@@ -63,6 +63,7 @@ whose internals it does not recognise (and logs it).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 import resource
@@ -73,6 +74,7 @@ from typing import Any
 
 import h11
 import trio
+from hypercorn.config import Config
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.events import Body, Data, EndBody, Response, StreamClosed
 from hypercorn.protocol.events import Event as StreamEvent
@@ -80,7 +82,8 @@ from hypercorn.protocol.h11 import STREAM_ID, H11Protocol
 from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
 from hypercorn.trio.task_group import TaskGroup, _handle
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
-from hypercorn.typing import ConnectionState
+from hypercorn.trio.worker_context import TrioSingleTask, WorkerContext
+from hypercorn.typing import AppWrapper, ConnectionState, LifespanState
 from hypercorn.utils import parse_socket_addr
 
 from gateway import accept
@@ -584,6 +587,31 @@ class GatewayTCPServer(TCPServer):
     _quick_reads = 0
     #: the read deadline a grace read was given for (once per deadline)
     _graced_deadline = -math.inf
+
+    def __init__(
+        self,
+        app: AppWrapper,
+        config: Config,
+        context: WorkerContext,
+        state: LifespanState,
+        stream: trio.SSLStream[trio.SocketStream],
+    ) -> None:
+        # hypercorn's, without its send lock and idle-timer task (two locks, three
+        # parking lots per connection, ≈ 0.3 KiB an open stream): made on first use
+        # (TLS's own loop, a canned answer), never on the plain path
+        self.app = app
+        self.config = config
+        self.context = context
+        self.stream = stream
+        self.state = state
+
+    @functools.cached_property
+    def send_lock(self) -> trio.Lock:  # type: ignore[override]
+        return trio.Lock()
+
+    @functools.cached_property
+    def idle_task(self) -> TrioSingleTask:  # type: ignore[override]
+        return TrioSingleTask()
 
     async def run(self) -> None:
         policy = policy_of(self.config)
@@ -1219,7 +1247,37 @@ def _unknown_hypercorn(current: object) -> str:
         missing = [n for n in names if not hasattr(cls, n)]
         if missing:
             return f"{cls.__name__} lacks {', '.join(missing)}"
+    if _init_attributes(TCPServer) != _TCPSERVER_ATTRIBUTES:
+        return "TCPServer.__init__ sets other attributes than GatewayTCPServer's"
     return ""
+
+
+#: what hypercorn's ``TCPServer.__init__`` sets (GatewayTCPServer.__init__ sets the
+#: same, two of them lazily)
+_TCPSERVER_ATTRIBUTES = frozenset(
+    ("app", "config", "context", "send_lock", "idle_task", "stream", "state")
+)
+
+
+def _init_attributes(cls: type) -> frozenset[str]:
+    """The ``self.x = ...`` names of ``cls.__init__`` (``self.x: T = ...`` too; a
+    declaration alone is none)."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls.__init__)))  # type: ignore[misc]
+    targets: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            targets.extend(node.targets)
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets.append(node.target)
+    return frozenset(
+        t.attr
+        for t in targets
+        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+    )
 
 
 class _AcceptErrorFilter(logging.Filter):
