@@ -54,7 +54,7 @@ class Timed(Protocol):
 class TimerHandle:
     """A stream's place in the clock; :meth:`cancel` when the stream ends."""
 
-    __slots__ = ("_clock", "_draining", "at", "seq", "target", "timed")
+    __slots__ = ("_clock", "_draining", "at", "fired", "seq", "target", "timed")
 
     def __init__(self, clock: StreamClock, target: Timed, draining: Waitable | None) -> None:
         self._clock = clock
@@ -64,11 +64,14 @@ class TimerHandle:
         self.timed = True
         self.at = math.inf
         self.seq = -1  # of its live entry (the others are stale)
+        #: the moment ``due`` was last called (it is not called twice at one moment)
+        self.fired = -math.inf
 
     def sooner(self, at: float) -> None:
         """Be due at ``at`` if that is before the moment asked for (the entry for the
-        later one is left behind, stale)."""
-        if self.target is None or (self.timed and at >= self.at):
+        later one is left behind, stale); not again at a moment ``due`` was called at
+        (it just looked: the moment it asked for next stands)."""
+        if self.target is None or (self.timed and at >= self.at) or at <= self.fired:
             return
         if self.timed:
             self._clock._dead += 1
@@ -144,6 +147,7 @@ class StreamClock:
         if target is None or seq != handle.seq:  # ended, or stale
             self._dead -= 1
             return
+        handle.fired = now
         try:
             next_at = target.due(now)
         except Exception:

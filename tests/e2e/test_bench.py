@@ -36,8 +36,12 @@ def test_the_instructions_benchmark_counts_each_kind_of_request() -> None:
         "1-delta chat, a new connection each",
         "1-delta chat, kept alive",
         "GET /health, kept alive",
+        "a paced delta (per delta, 2 streams)",
     ]
     # counted only while the requests ran: far below start-up's billions, and a chat
     # costs more than a health check
     assert all(10 < k < 50_000 for k in figures.values()), figures
     assert figures["GET /health, kept alive"] < figures["1-delta chat, kept alive"]
+    # a delta costs less than a request (its stream's start and end are taken out)
+    paced = figures["a paced delta (per delta, 2 streams)"]
+    assert 10 < paced < figures["1-delta chat, kept alive"], figures

@@ -361,3 +361,22 @@ async def test_handoff_closing_the_receive_side_tells_a_waiting_receiver() -> No
         nursery.start_soon(waiting)
         await trio.testing.wait_all_tasks_blocked()
         q.close_receive()
+
+
+async def test_an_entry_moved_to_the_moment_it_just_fired_at_is_not_called_again(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """The order of tasks woken at one moment is trio's to choose: an entry can fire,
+    then be moved to that same moment by a task that ran after the clock. It just
+    looked: it is not called twice at one moment (found by the property test above)."""
+    c = clock()
+    target = Counted(0.5)
+    handle = c.add(target, trio.current_time() + 1)
+    await trio.sleep(1)
+    await trio.testing.wait_all_tasks_blocked()  # the clock has fired at this moment
+    assert target.calls == [pytest.approx(trio.current_time())]
+    handle.sooner(trio.current_time())
+    await trio.sleep(2)
+    calls = [round(t, 6) for t in target.calls]
+    assert len(calls) == len(set(calls)) and calls[:2] == [1.0, 1.5]
+    handle.cancel()
