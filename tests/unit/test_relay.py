@@ -135,14 +135,19 @@ def relay_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 
 
 def _read_nowait(self: Script) -> bytes | None:
-    """What is there without a wait: an item, the end or an error (not a wait)."""
-    if not self.steps or not (
-        self.steps[0] is None or isinstance(self.steps[0], bytes | Exception)
-    ):
-        raise trio.WouldBlock
+    step = take_instant(self)
     self.reads += 1
-    step = self.steps.pop(0)
-    if isinstance(step, Exception):
+    return step
+
+
+def take_instant(script: Script) -> bytes | None:
+    """The script's next step if it is there without a wait (an item, the end, an
+    error: raised), else :class:`trio.WouldBlock`."""
+    steps = script.steps
+    if not steps or not (steps[0] is None or isinstance(steps[0], bytes | BaseException)):
+        raise trio.WouldBlock
+    step = steps.pop(0)
+    if isinstance(step, BaseException):
         raise step
     assert step is None or isinstance(step, bytes)
     return step

@@ -16,7 +16,7 @@ import trio.testing
 from gateway import relay as relay_module
 from gateway.errors import UpstreamError
 from gateway.relay import INLINE_READS, OUT_BUFFER, Relay
-from tests.unit.test_relay import Echo, Script, Tags, opts
+from tests.unit.test_relay import Echo, Script, Tags, opts, take_instant
 
 
 class Held(Script):
@@ -33,11 +33,18 @@ class Held(Script):
             raise trio.WouldBlock
         self.held -= 1
         self.nowait += 1
-        step = self.steps.pop(0)
-        if isinstance(step, BaseException):
-            raise step
-        assert step is None or isinstance(step, bytes)
-        return step
+        return take_instant(self)
+
+
+def _seeded_script(seed: int) -> tuple[list[Any], random.Random]:
+    """Items, one-second waits, now and then an error step, then an end or an error
+    (and the generator, to draw more from)."""
+    rnd = random.Random(seed)
+    steps: list[Any] = []
+    for _ in range(rnd.randrange(0, 40)):
+        steps.append(rnd.choice([b"x", b"y", b"z", 1, b"ERR" if rnd.random() < 0.05 else b"w"]))
+    steps.append(rnd.choice([None, None, b"DONE", UpstreamError("cut", code="upstream_error")]))
+    return steps, rnd
 
 
 def _instant(step: Any) -> bool:
@@ -157,11 +164,7 @@ async def test_any_held_prefix_gives_the_outputs_of_the_producer(
 ) -> None:
     """Seeded scripts (items, waits, an error or the end): the joined outputs are the
     same whatever part of the script is held, and the same as without ``read_nowait``."""
-    rnd = random.Random(seed)
-    steps: list[Any] = []
-    for _ in range(rnd.randrange(0, 40)):
-        steps.append(rnd.choice([b"x", b"y", b"z", 1, b"ERR" if rnd.random() < 0.05 else b"w"]))
-    steps.append(rnd.choice([None, None, b"DONE", UpstreamError("cut", code="upstream_error")]))
+    steps, rnd = _seeded_script(seed)
     plain = b"".join(await _outputs(Relay(Script(*steps), Echo(), Tags(), opts())))
     for held in (0, 1, rnd.randrange(0, 50), 10**6):
         got = b"".join(await _outputs(Relay(Held(held, *steps), Echo(), Tags(), opts())))
@@ -225,11 +228,7 @@ async def test_a_pulled_stream_gives_the_outputs_of_the_producer(
     """Seeded scripts (items, waits, an error or the end) and any part of them held:
     read by the consumer, the stream's bytes are those of the producer, and no task is
     spawned for it."""
-    rnd = random.Random(seed)
-    steps: list[Any] = []
-    for _ in range(rnd.randrange(0, 40)):
-        steps.append(rnd.choice([b"x", b"y", b"z", 1, b"ERR" if rnd.random() < 0.05 else b"w"]))
-    steps.append(rnd.choice([None, None, b"DONE", UpstreamError("cut", code="upstream_error")]))
+    steps, rnd = _seeded_script(seed)
     plain = b"".join(await _outputs(Relay(Script(*steps), Echo(), Tags(), opts())))
     spawns = Spawns()
     trio.lowlevel.add_instrument(spawns)
