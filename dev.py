@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -137,7 +138,18 @@ def ensure_openwebui() -> None:
 
 
 def run(argv: list[str]) -> int:
-    return subprocess.call(argv, cwd=ROOT)
+    """Run ``argv`` and return its status. Ctrl-C reaches the child from the terminal
+    (one process group) and it ends its own way (the demo drains and removes its
+    directory, pytest reports); this process only waits for it, with no traceback of
+    its own (``subprocess.call`` printed a ``KeyboardInterrupt`` after the demo's
+    goodbye). A second signal sent to the child would end it without its cleanup, so
+    nothing is forwarded."""
+    proc = subprocess.Popen(argv, cwd=ROOT)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # after the fork: the
+    try:  # child keeps Python's own Ctrl-C handling
+        return proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 RUN_HELP = """usage: python3 dev.py run [--port P] [--upstream-port P] [--proxy-port P]

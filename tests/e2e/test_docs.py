@@ -12,6 +12,7 @@ The repository is cloned into a temporary folder (only what is committed), then:
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -230,3 +231,40 @@ def test_readme_layout_table_matches_the_tree(clone: Path) -> None:
     assert not unnamed, f"modules missing from the README's layout table: {unnamed}"
     absent = sorted(n for n in named if not (clone / n).exists())
     assert not absent, f"the layout table names what does not exist: {absent}"
+
+
+def test_ctrl_c_ends_dev_pys_child_its_own_way_without_a_traceback(tmp_path: Path) -> None:
+    """``python3 dev.py run`` in a terminal: Ctrl-C (SIGINT to the process group) must
+    let the child end as it does (here: it prints and exits 0), and dev.py itself
+    print no ``KeyboardInterrupt`` traceback and return the child's status."""
+    import signal
+    import time
+
+    child = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGINT, lambda *a: (print('child: drained'), sys.exit(0)))\n"
+        "print('ready', flush=True); time.sleep(30)\n"
+    )
+    script = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); import dev\n"
+        f"raise SystemExit(dev.run([sys.executable, '-c', {child!r}]))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's job
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert "child: drained" in out
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert proc.returncode == 0
