@@ -613,6 +613,13 @@ class GatewayTCPServer(TCPServer):
     def idle_task(self) -> TrioSingleTask:  # type: ignore[override]
         return TrioSingleTask()
 
+    @property
+    def _writing(self) -> bool:
+        """Is a write under way (the send lock held)? Asked without making the lock:
+        a lock never made is not held."""
+        lock: trio.Lock | None = self.__dict__.get("send_lock")
+        return lock is not None and lock.locked()
+
     async def run(self) -> None:
         policy = policy_of(self.config)
         self._policy = policy or _DEFAULT_POLICY
@@ -965,10 +972,23 @@ class GatewayTCPServer(TCPServer):
             exchange.abandon()
 
     async def _write_canned(self, data: bytes) -> None:
-        """Write a complete response the protocol did not produce (bounded: 1 s)."""
+        """Write a complete response the protocol did not produce (bounded: 1 s). It
+        usually fits the socket's buffer: written at once, before any checkpoint, so a
+        loaded loop cannot spend the bound before the write begins."""
         proto = self._h11
         if proto is not None:
             proto.closing = True
+        raw = _raw_socket(self.stream)
+        if raw is not None and not self._writing:
+            try:
+                sent = raw.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                return  # the client is gone: nobody to answer
+            if sent == len(data):
+                return
+            data = data[sent:]
         with trio.move_on_after(1.0):
             async with self.send_lock:
                 with contextlib.suppress(
@@ -1051,7 +1071,7 @@ class GatewayTCPServer(TCPServer):
         await super().protocol_send(event)
 
     async def _send_raw(self, data: bytes | memoryview) -> None:
-        if not self.send_lock.locked():
+        if not self._writing:
             # the common case, a write the socket takes whole at once: one send(2), no
             # lock, no cancel scopes, no scheduler round trip (nothing can block)
             raw = _raw_socket(self.stream)
@@ -1112,10 +1132,11 @@ class GatewayTCPServer(TCPServer):
             if final:
                 await self.stream.aclose()
             return
-        if self.send_lock.statistics().owner is trio.lowlevel.current_task():
+        lock: trio.Lock | None = self.__dict__.get("send_lock")  # (not made here)
+        if lock is not None and lock.statistics().owner is trio.lowlevel.current_task():
             await self.stream.aclose()  # pragma: no cover - not reached from hypercorn's h11
             return
-        if self.send_lock.locked() or _raw_socket(self.stream) is None:
+        if self._writing or _raw_socket(self.stream) is None:
             self._lingering = True
             if await self._fin_after_write():
                 self._linger()
@@ -1132,7 +1153,7 @@ class GatewayTCPServer(TCPServer):
             proto is None
             or self._lingering
             or not isinstance(can_read, trio.Event)
-            or self.send_lock.locked()
+            or self._writing
             or _raw_socket(self.stream) is None
         ):
             return False

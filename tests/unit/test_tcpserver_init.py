@@ -45,3 +45,24 @@ def test_an_init_that_sets_more_is_seen() -> None:
             self.c = self.d = b
 
     assert connections._init_attributes(Other) == {"a", "extra", "c", "d"}
+
+
+async def test_a_canned_answer_leaves_before_any_checkpoint() -> None:
+    """A refusal (400, 408, ...) is written at once when the socket takes it whole:
+    no lock, no scope, no scheduler round first, so neither a loaded loop (its 1 s bound
+    spent before the write began) nor a cancel can drop it."""
+    import socket
+
+    a, b = socket.socketpair()
+    server = _server()
+    server.stream = trio.SocketStream(trio.socket.from_stdlib_socket(a))  # type: ignore[assignment]
+    try:
+        with trio.CancelScope() as scope:
+            scope.cancel()  # every checkpoint in here raises: only a direct write works
+            await server._write_canned(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        b.settimeout(1)
+        assert b.recv(100) == b"HTTP/1.1 400 Bad Request\r\n\r\n"
+        assert "send_lock" not in vars(server)  # nothing waited for it
+    finally:
+        b.close()
+        a.close()
