@@ -598,7 +598,7 @@ class GatewayTCPServer(TCPServer):
     ) -> None:
         # hypercorn's, without its send lock and idle-timer task (two locks, three
         # parking lots per connection, ≈ 0.3 KiB an open stream): made on first use
-        # (TLS's own loop, a canned answer), never on the plain path
+        # (TLS's own loop, a write the socket does not take at once; see _writing)
         self.app = app
         self.config = config
         self.context = context
@@ -978,23 +978,15 @@ class GatewayTCPServer(TCPServer):
         proto = self._h11
         if proto is not None:
             proto.closing = True
-        raw = _raw_socket(self.stream)
-        if raw is not None and not self._writing:
-            try:
-                sent = raw.send(data)
-            except BlockingIOError:
-                sent = 0
-            except OSError:
-                return  # the client is gone: nobody to answer
-            if sent == len(data):
-                return
-            data = data[sent:]
+        rest = self._send_now(data)
+        if not rest:
+            return  # all written, or the client is gone: nobody to answer
         with trio.move_on_after(1.0):
             async with self.send_lock:
                 with contextlib.suppress(
                     trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError
                 ):
-                    await self.stream.send_all(data)
+                    await self.stream.send_all(rest)
 
     async def _answer_and_close(self, data: bytes) -> None:
         proto = self._h11
@@ -1070,25 +1062,30 @@ class GatewayTCPServer(TCPServer):
                 return
         await super().protocol_send(event)
 
+    def _send_now(self, data: bytes | memoryview) -> bytes | memoryview | None:
+        """What is left of ``data`` after one non-blocking ``send(2)`` when no write is
+        under way (the common case, a write the socket takes whole at once: no lock,
+        no cancel scope, no scheduler round trip); all of it when one is, or the stream
+        is not a plain socket's; None: the connection is lost."""
+        raw = _raw_socket(self.stream)
+        if raw is None or self._writing:
+            return data
+        if not data:
+            return b""  # the end of a body with a length: nothing to write
+        try:
+            sent = raw.send(data)
+        except BlockingIOError:
+            return data
+        except OSError:
+            return None
+        return b"" if sent == len(data) else memoryview(data)[sent:]
+
     async def _send_raw(self, data: bytes | memoryview) -> None:
-        if not self._writing:
-            # the common case, a write the socket takes whole at once: one send(2), no
-            # lock, no cancel scopes, no scheduler round trip (nothing can block)
-            raw = _raw_socket(self.stream)
-            if raw is not None and not data:
-                return  # the end of a body with a length: nothing to write
-            if raw is not None:
-                try:
-                    sent = raw.send(data)
-                except BlockingIOError:
-                    sent = 0
-                except OSError:
-                    await self._lost()
-                    return
-                if sent == len(data):
-                    return
-                data = memoryview(data)[sent:]  # the rest waits for the socket, bounded
-        await self._send_bounded(data)
+        rest = self._send_now(data)
+        if rest is None:
+            await self._lost()
+        elif rest:
+            await self._send_bounded(rest)  # the rest waits for the socket, bounded
 
     async def _send_bounded(self, data: bytes | memoryview) -> None:
         bounds = self._policy.write_bounds
