@@ -1,7 +1,9 @@
 """Bearer-key authentication and the proxy's owner / link-mode assertions.
 
 Keys are looked up by their SHA-256 digest (a dict lookup does not leak how much
-of a wrong key matched) and never logged. A ``role = "proxy"`` key may assert
+of a wrong key matched) and never logged; a key once found is remembered by its text
+(at most one entry per configured key: a wrong key is never remembered, and a lookup
+by text compares only on a full 64-bit match of Python's salted string hash). A ``role = "proxy"`` key may assert
 ``X-Gateway-Owner`` (only owners inside its namespace, ``owner_prefix``, default
 ``openwebui:``), ``X-Gateway-Link-Mode`` and ``X-Gateway-Links: names`` (file names
 only, no links minted: Open WebUI's background tasks); a user key that sends any of
@@ -50,10 +52,20 @@ def _digest(key: str) -> bytes:
 class Authenticator:
     def __init__(self, keys: tuple[KeyEntry, ...]) -> None:
         self._by_digest = {_digest(k.key): k for k in keys}
+        #: keys found before, by their text (a SHA-256 per request is ~10 k instructions)
+        self._known: dict[str, KeyEntry] = {}
 
     def knows(self, token: str) -> bool:
         """Is ``token`` one of this gateway's bearer keys?"""
         return _digest(token.strip()) in self._by_digest
+
+    def _entry(self, token: str) -> KeyEntry | None:
+        entry = self._known.get(token)
+        if entry is None:
+            entry = self._by_digest.get(_digest(token))
+            if entry is not None:
+                self._known[token] = entry  # one text per key: bounded by the keys
+        return entry
 
     def authenticate(self, headers: HeaderLookup) -> Caller:
         if len(headers.getlist("Authorization")) > 1:  # which one would a proxy check?
@@ -68,7 +80,7 @@ class Authenticator:
             raise AuthError(
                 "The Authorization header must be 'Bearer <key>'.", code="invalid_api_key"
             )
-        entry = self._by_digest.get(_digest(token.strip()))
+        entry = self._entry(token.strip())
         if entry is None:
             raise AuthError("The bearer key is not valid for this gateway.", code="invalid_api_key")
         asserted_owner = headers.get("X-Gateway-Owner")

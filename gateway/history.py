@@ -12,6 +12,7 @@ and unknown ids are left as they are: the requester cannot learn another owner's
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ __all__ = ["GATEWAY_NOTES", "prepare_messages"]
 GATEWAY_NOTES: tuple[re.Pattern[str], ...] = (NOTE_PATTERN,)
 
 
+@functools.lru_cache(maxsize=8)  # one base URL per server: built once, not per request
 def link_pattern(base_url: str) -> re.Pattern[str]:
     base = re.escape(base_url.rstrip("/"))
     # a share page's URL is the file's too (".../share", in a note or pasted)

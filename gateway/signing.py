@@ -109,6 +109,8 @@ FORM_DOMAIN = b"artifact-gateway:form:v1\x00"
 _FORMAT = "artifact-gateway-signing-keys"
 _VERSION = 1
 _SECRET_BYTES = 32
+#: principal ids remembered (a proxy may act for any number of owners: then start over)
+PRINCIPAL_IDS = 4096
 _MAC_CHARS = 43  # base64url of 32 bytes, no padding
 _KID_RE = re.compile(r"[0-9a-f]{8}")
 _SIG_MAX_CHARS = 64  # "kid" "." 43 chars = 52; anything longer is garbage
@@ -148,6 +150,7 @@ class Signer:
         "_active_secret",
         "_clock",
         "_created",
+        "_ids",
         "_keys",
         "_loaded_at",
         "_lock",
@@ -176,6 +179,7 @@ class Signer:
         self._active = active_kid
         self._active_secret = self._keys[active_kid]
         self._principal_salt = bytes(principal_salt)
+        self._ids: dict[str, str] = {}  # principal_id's answers (bounded: PRINCIPAL_IDS)
         self._path = path
         self._created = {kid: (created or {}).get(kid, 0) for kid in self._keys}
         self._store: Store | None = None
@@ -528,9 +532,16 @@ class Signer:
 
     def principal_id(self, principal: str) -> str:
         """Opaque stable id of ``principal`` for upstream requests: ``"p_"`` + 24 hex."""
+        known = self._ids.get(principal)
+        if known is not None:  # an HMAC is ~10 k instructions; the salt never changes
+            return known
+        if len(self._ids) >= PRINCIPAL_IDS:  # owners asserted by a proxy are unbounded
+            self._ids.clear()
         message = PRINCIPAL_DOMAIN + principal.encode("utf-8", "surrogatepass")
         # hmac.digest: the same MAC as hmac.new(...).hexdigest(), in one C call
-        return "p_" + hmac.digest(self._principal_salt, message, "sha256").hex()[:24]
+        pid = "p_" + hmac.digest(self._principal_salt, message, "sha256").hex()[:24]
+        self._ids[principal] = pid
+        return pid
 
     def form_token(self, purpose: str, *parts: str) -> str:
         """A token binding an HTML form to its purpose and subject (CSRF protection):

@@ -392,3 +392,21 @@ def test_a_differing_key_file_is_warned_about_and_ignored(
     with caplog.at_level("WARNING", logger="gateway.signing"):
         Signer.from_store(backend.open(), state_dir=tmp_path / "no-file-here")
     assert caplog.records == []
+
+
+def test_principal_ids_are_remembered_within_a_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """principal_id keeps its answers (an HMAC per request was ~10 k instructions), at
+    most PRINCIPAL_IDS of them (a proxy may assert any number of owners); a remembered
+    id is the one computed afresh."""
+    import gateway.signing as signing
+
+    monkeypatch.setattr(signing, "PRINCIPAL_IDS", 3)
+    signer = Signer.load_or_create(tmp_path)
+    fresh = Signer.load_or_create(tmp_path)
+    names = [f"openwebui:user{i}" for i in range(10)]
+    for name in names * 2:
+        assert signer.principal_id(name) == fresh.principal_id(name)
+        assert len(signer._ids) <= 3
+    assert signer.principal_id("alice") == signer.principal_id("alice")
