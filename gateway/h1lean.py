@@ -1,4 +1,4 @@
-"""HTTP/1.1 framing for the lean request path: a strict head parser and a response writer.
+"""HTTP/1.1 framing for the lean paths: strict head parsers and a response writer.
 
 Sans-IO (no trio, no sockets). The connection layer (:mod:`gateway.exchange`) serves a
 request without h11 and hypercorn's stream when :func:`parse_head` accepts its head: a
@@ -13,6 +13,10 @@ The grammar is h11's own (``h11._abnf``): a header line is ``token ":" OWS value
 where the value is runs of bytes that are neither NUL nor whitespace, separated by
 spaces or tabs. Names are lowercased and values stripped as h11 does, so the ASGI
 scope's ``headers`` are the ones hypercorn builds from h11's request.
+
+:func:`parse_response_head` does the same for the upstream's answer to the lean
+client's POST (:mod:`gateway.leanclient`): a plain head is read without h11's buffer,
+events and header objects; any other goes to h11's own reader as before.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from collections.abc import Collection, Iterable
 __all__ = [
     "LAST_CHUNK",
     "LeanHead",
+    "ResponseHead",
     "chunk",
     "parse_head",
+    "parse_response_head",
     "response_head",
 ]
 
@@ -32,6 +38,8 @@ __all__ = [
 _HEADER_LINE = re.compile(
     rb"([-!#$%&'*+.^_`|~0-9a-zA-Z]+):[ \t]*((?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?)[ \t]*"
 )
+#: h11's ``status_line`` (h11/_abnf.py) for HTTP/1.1 only, compiled for bytes
+_STATUS_LINE = re.compile(rb"HTTP/1\.1 ([0-9]{3})(?: (?:[ \t]|[^\x00\s])*)?")
 #: header fields that the lean path leaves to h11 (framing, upgrades, expectations)
 _NOT_LEAN = frozenset((b"transfer-encoding", b"expect", b"upgrade", b"te", b"trailer"))
 #: h11 refuses a Content-Length of more digits (CONTENT_LENGTH_MAX_DIGITS)
@@ -130,6 +138,90 @@ def _framing(headers: list[tuple[bytes, bytes]]) -> tuple[int, bool] | None:
 def _tokens(value: bytes) -> list[bytes]:
     """A comma-separated field's tokens, lowercased (h11's ``get_comma_header``)."""
     return [t for t in (part.strip() for part in value.lower().split(b",")) if t]
+
+
+# --------------------------------------------------------------------------- upstream
+
+
+class ResponseHead:
+    """An upstream's response head that :func:`parse_response_head` accepted."""
+
+    __slots__ = ("chunked", "headers", "keep_alive", "length", "size", "status")
+
+    def __init__(
+        self,
+        status: int,
+        headers: list[tuple[bytes, bytes]],
+        chunked: bool,
+        length: int,
+        keep_alive: bool,
+        size: int,
+    ) -> None:
+        self.status = status
+        #: (lowercased name, stripped value), in the order received (as h11 gives them)
+        self.headers = headers
+        #: ``Transfer-Encoding: chunked``
+        self.chunked = chunked
+        #: the ``Content-Length``; -1 without one (chunked, or until the server closes)
+        self.length = length
+        #: False when the server closes after this answer (``Connection: close``)
+        self.keep_alive = keep_alive
+        #: the head's size in bytes, its blank line included
+        self.size = size
+
+    @property
+    def framing(self) -> str:
+        """h11's name for how the body is delimited."""
+        if self.chunked:
+            return "chunked"
+        return "content-length" if self.length >= 0 else "http/1.0"
+
+
+def parse_response_head(data: bytes, max_size: int) -> ResponseHead | None:
+    """The head at the start of ``data`` if it is a plain, complete HTTP/1.1 answer to
+    a POST of at most ``max_size`` bytes; else None (then h11 reads it, and refuses
+    whatever is wrong with it). Plain: a final status (not 1xx, 204 or 304, whose
+    framing h11 decides), CRLF line ends, every line in h11's grammar (no obsolete
+    line fold), at most one ``Content-Length`` of digits only or one
+    ``Transfer-Encoding: chunked`` but not both. What it accepts, h11 accepts with
+    the same status, fields, framing and keep-alive (a property test holds it to
+    that): a subset, never more."""
+    end = data.find(_END, 0, max_size)
+    if end < 0:
+        return None
+    lines = data[:end].split(b"\r\n")
+    m = _STATUS_LINE.fullmatch(lines[0])
+    if m is None:
+        return None
+    status = int(m[1])
+    if status < 200 or status == 204 or status == 304:
+        return None
+    headers = []
+    chunked = False
+    length = -1
+    keep_alive = True
+    match = _HEADER_LINE.fullmatch
+    for line in lines[1:]:
+        f = match(line)
+        if f is None:
+            return None
+        name = f[1].lower()
+        value = f[2]
+        if name == b"content-length":
+            if length >= 0 or not value.isdigit() or len(value) > _MAX_LENGTH_DIGITS:
+                return None
+            length = int(value)
+        elif name == b"transfer-encoding":
+            value = value.lower()  # as h11 keeps it
+            if chunked or value != b"chunked":
+                return None
+            chunked = True
+        elif name == b"connection" and b"close" in _tokens(value):
+            keep_alive = False
+        headers.append((name, value))
+    if chunked and length >= 0:
+        return None
+    return ResponseHead(status, headers, chunked, length, keep_alive, end + 4)
 
 
 # --------------------------------------------------------------------------- answers

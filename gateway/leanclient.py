@@ -10,7 +10,9 @@ and validating the request head, and the head and the body written in two
 * the request (the fixed head built once, the principal, the body) leaves in one write
   on a pooled keep-alive connection (idle ones checked for EOF before reuse, dropped
   after :data:`KEEPALIVE_EXPIRY` s, at most ``max_idle`` kept);
-* the response head is parsed by ``h11``'s own reader and validated as ``h11`` does
+* a plain response head whole in the first read is parsed by
+  :func:`gateway.h1lean.parse_response_head` (a strict subset of h11's grammar, with
+  h11's results); any other by ``h11``'s own reader and validated as ``h11`` does
   (status line, header lines, ``Content-Length`` / ``Transfer-Encoding``, body framing,
   keep-alive): a head h11 refuses is an ``httpx.RemoteProtocolError`` here too;
 * the body is decoded in bulk (:class:`gateway.chunked.ChunkedDecoder` for chunked
@@ -40,6 +42,7 @@ import httpx
 import trio
 
 from gateway.chunked import ChunkedDecoder, ChunkedError
+from gateway.h1lean import ResponseHead, parse_response_head
 from gateway.streamclock import clock
 
 __all__ = ["KEEPALIVE_EXPIRY", "LeanPool", "LeanResponse", "available"]
@@ -83,6 +86,48 @@ def _decoders(encoding: str) -> list[Any]:
     return out
 
 
+class ResponseHeaders:
+    """The parts of ``httpx.Headers`` the gateway reads of an upstream's answer: a
+    field by name, case-insensitive, several joined by ``", "``, the value decoded as
+    httpx decodes it (ASCII, else UTF-8, else Latin-1). Made of the parsed head's
+    fields as they are (an ``httpx.Headers`` cost a request ≈ 400 bytecodes)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: list[tuple[bytes, bytes]]) -> None:
+        #: (lowercased name, value)
+        self.raw = raw
+
+    def get_list(self, name: str) -> list[str]:
+        key = name.lower().encode("latin-1")
+        return [_decoded(v) for n, v in self.raw if n == key]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        values = self.get_list(name)
+        return ", ".join(values) if values else default
+
+    def __getitem__(self, name: str) -> str:
+        values = self.get_list(name)
+        if not values:
+            raise KeyError(name)
+        return ", ".join(values)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and bool(self.get_list(name))
+
+    def items(self) -> list[tuple[str, str]]:
+        return [(n.decode("latin-1"), _decoded(v)) for n, v in self.raw]
+
+
+def _decoded(value: bytes) -> str:
+    for encoding in ("ascii", "utf-8"):
+        try:
+            return value.decode(encoding)
+        except UnicodeDecodeError:
+            pass
+    return value.decode("iso-8859-1")
+
+
 class LeanResponse:
     """A streaming response of :class:`LeanPool` (the parts of ``httpx.Response`` the
     gateway reads: ``status_code``, ``headers``, ``aiter_raw``/``aiter_bytes``,
@@ -108,20 +153,18 @@ class LeanResponse:
         self,
         pool: LeanPool,
         stream: trio.SocketStream,
-        event: Any,
-        framing: tuple[str, tuple[int, ...]],
+        head: ResponseHead,
         pending: bytes,
         key: str = "",
     ) -> None:
         self._pool = pool
         self._stream = stream
         self._key = key
-        self.status_code: int = event.status_code
-        self.headers = httpx.Headers([(bytes(k), bytes(v)) for k, v in event.headers.raw_items()])
-        kind, args = framing
-        self._decoder = ChunkedDecoder() if kind == "chunked" else None
-        self._left = args[0] if kind == "content-length" else -1  # -1: until EOF
-        self._reusable = kind != "http/1.0" and _keep_alive(event)
+        self.status_code: int = head.status
+        self.headers = ResponseHeaders(head.headers)
+        self._decoder = ChunkedDecoder() if head.chunked else None
+        self._left = -1 if head.chunked else head.length  # -1: until EOF
+        self._reusable = head.keep_alive and (head.chunked or head.length >= 0)
         self._pending = pending
         self._quick = 0
         self._interrupted = False
@@ -394,6 +437,30 @@ async def _receive_by(stream: trio.SocketStream, deadline: float) -> bytes:
             handle.cancel()
 
 
+def _h11_head(buf: ReceiveBuffer) -> tuple[ResponseHead, bytes] | None:
+    """The response head as h11's own reader reads it from ``buf`` (1xx answers
+    skipped), and the bytes after it; None while incomplete. What h11 refuses is an
+    ``httpx.RemoteProtocolError``."""
+    while True:
+        try:
+            event = maybe_read_from_SEND_RESPONSE_server(buf)
+        except h11.ProtocolError as exc:
+            raise httpx.RemoteProtocolError(str(exc)) from None
+        if event is None:
+            return None
+        if isinstance(event, h11.Response):
+            break  # 100 Continue and the like: the response follows
+    try:
+        kind, args = _body_framing(b"POST", event)
+    except (h11.ProtocolError, ValueError) as exc:  # pragma: no cover - h11 validated
+        raise httpx.RemoteProtocolError(str(exc)) from None
+    headers = [(bytes(name), bytes(value)) for name, value in event.headers]  # lowercased
+    length = args[0] if kind == "content-length" and args else -1
+    keep_alive = kind != "http/1.0" and _keep_alive(event)
+    head = ResponseHead(event.status_code, headers, kind == "chunked", length, keep_alive, 0)
+    return head, bytes(buf.maybe_extract_at_most(len(buf)) or b"")
+
+
 class _Unanswered(Exception):
     """A reused connection failed before any byte of an answer (retried once)."""
 
@@ -528,38 +595,32 @@ class LeanPool:
     async def _response(
         self, stream: trio.SocketStream, fresh: bool, key: str, deadline: float
     ) -> LeanResponse:
-        buf = ReceiveBuffer()
+        """The answer's head: a plain one whole in the first read without h11 (sans-IO,
+        :func:`~gateway.h1lean.parse_response_head`), any other by h11's reader."""
+        buf: ReceiveBuffer | None = None  # h11's, once the first read was not enough
         while True:
             try:
-                event = maybe_read_from_SEND_RESPONSE_server(buf)
-            except h11.ProtocolError as exc:
-                raise httpx.RemoteProtocolError(str(exc)) from None
-            if event is None:
-                if len(buf) > MAX_HEAD:
-                    raise httpx.RemoteProtocolError("the response head is too long")
-                try:
-                    data = await _receive_by(stream, deadline)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                    if not fresh and not len(buf):
-                        raise _Unanswered(str(exc)) from exc
-                    raise httpx.ReadError(str(exc)) from exc
-                if not data:
-                    if not fresh and not len(buf):
-                        raise _Unanswered("closed before answering")
-                    raise httpx.RemoteProtocolError(
-                        "Server disconnected without sending a response."
-                    )
-                buf += data
-                fresh = True  # an answer began: no retry from here on
-                continue
-            if not isinstance(event, h11.Response):
-                continue  # 100 Continue and the like: the response follows
-            try:
-                framing = _body_framing(b"POST", event)
-            except (h11.ProtocolError, ValueError) as exc:  # pragma: no cover - h11 validated
-                raise httpx.RemoteProtocolError(str(exc)) from None
-            rest = buf.maybe_extract_at_most(len(buf)) or b""
-            return LeanResponse(self, stream, event, framing, bytes(rest), key)
+                data = await _receive_by(stream, deadline)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                if not fresh and buf is None:
+                    raise _Unanswered(str(exc)) from exc
+                raise httpx.ReadError(str(exc)) from exc
+            if not data:
+                if not fresh and buf is None:
+                    raise _Unanswered("closed before answering")
+                raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+            fresh = True  # an answer began: no retry from here on
+            if buf is None:
+                head = parse_response_head(data, MAX_HEAD)
+                if head is not None:
+                    return LeanResponse(self, stream, head, data[head.size :], key)
+                buf = ReceiveBuffer()
+            buf += data
+            found = _h11_head(buf)
+            if found is not None:
+                return LeanResponse(self, stream, *found, key)
+            if len(buf) > MAX_HEAD:
+                raise httpx.RemoteProtocolError("the response head is too long")
 
     async def aclose(self) -> None:
         self._closed = True

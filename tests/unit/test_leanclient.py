@@ -18,6 +18,7 @@ import trio
 
 from gateway.config import UpstreamConfig
 from gateway.errors import GatewayError
+from gateway.h1lean import ResponseHead
 from gateway.leanclient import LeanResponse
 from gateway.sources import SSESource
 from gateway.upstream import Upstream
@@ -150,6 +151,11 @@ ERRORS = {
         + chunk(gzip.compress(b"".join(EVENTS)))
         + b"0\r\n\r\n"
     ],
+    # read without h11 (whole in the first read), and by h11 (in pieces, TE with CL)
+    "429-retry-after": [b"HTTP/1.1 429 Slow\r\nRetry-After: 7\r\nContent-Length: 0\r\n\r\n"],
+    "te-upper-case": [HEAD.replace(b"chunked", b"CHUNKED") + BODY],
+    "head-in-pieces": [HEAD[:9], HEAD[9:40], HEAD[40:-1], HEAD[-1:] + BODY],
+    "te-and-cl": [HEAD.replace(b"\r\n\r\n", b"\r\nContent-Length: 3\r\n\r\n") + BODY],
     "http10-sse": [
         b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n" + b"".join(EVENTS[:3])
     ],
@@ -399,10 +405,8 @@ async def test_idle_connections_are_bounded_for_all_principals_together() -> Non
 
 
 def _close_delimited(stream: trio.SocketStream) -> LeanResponse:
-    import h11
-
-    head = h11.Response(status_code=200, headers=[], http_version=b"1.0")
-    return LeanResponse(None, stream, head, ("http/1.0", ()), b"")  # type: ignore[arg-type]
+    head = ResponseHead(200, [], chunked=False, length=-1, keep_alive=False, size=0)
+    return LeanResponse(None, stream, head, b"")  # type: ignore[arg-type]
 
 
 async def test_bytes_there_in_a_row_yield_every_quick_reads(
