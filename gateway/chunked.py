@@ -104,7 +104,17 @@ class ChunkedDecoder:
                     raise ChunkedError(f"illegal chunk header: {bytes(buf[pos:nl][:40])!r}")
                 left = int(m.group(1), 16)
                 pos = nl + 2
-                state = _DATA if left else _TRAILER
+                if not left:
+                    state = _TRAILER
+                    continue
+                stop = pos + left
+                if stop + 2 <= end and buf[stop : stop + 2] == b"\r\n":
+                    # the whole chunk and its CRLF are here: one turn of the loop
+                    out.append(buf[pos:stop])
+                    pos = stop + 2
+                    left = 0
+                    continue
+                state = _DATA
             elif state == _DATA_END:
                 if end - pos < 2:
                     if buf[pos : pos + 1] != b"\r":

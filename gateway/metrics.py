@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -42,6 +44,16 @@ class Metrics:
         self.bytes_out = Counter(
             "gateway_response_bytes", "Response body bytes sent", ["route"], registry=r
         )
+
+        self._open: dict[str, Any] = {}
+
+    def open_streams_of(self, route: str) -> Any:
+        """The open-streams gauge of ``route`` (``labels()`` takes a lock and builds a
+        key; the routes are the app's own: a bounded set)."""
+        gauge = self._open.get(route)
+        if gauge is None:
+            gauge = self._open[route] = self.open_streams.labels(route)
+        return gauge
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

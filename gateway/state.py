@@ -107,9 +107,11 @@ class GatewayState:
         )
 
     def count_rewrites(self, pipeline: ChatPipeline) -> None:
-        links, names = self._rewrite_counters
-        links.inc(pipeline.stats.links)
-        names.inc(pipeline.stats.names)
+        stats = pipeline.stats
+        if stats.links or stats.names:  # most answers have neither: no locked increments
+            links, names = self._rewrite_counters
+            links.inc(stats.links)
+            names.inc(stats.names)
 
     @functools.cached_property
     def _rewrite_counters(self) -> tuple[Any, Any]:

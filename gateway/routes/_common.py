@@ -95,7 +95,7 @@ def relay_body(
     st: GatewayState, route: str, relay: Relay[Any, Any, bytes], on_close: Any = None
 ) -> ChannelBody:
     """An SSE body that is ``relay`` (counted as an open stream)."""
-    gauge = st.metrics.open_streams.labels(route)
+    gauge = st.metrics.open_streams_of(route)
     gauge.inc()
 
     def closed() -> None:
