@@ -247,3 +247,56 @@ async def test_keep_alive_max_requests_closes_the_last_answer(nursery: trio.Nurs
     assert o.statuses == [200] * n
     assert [r.closes for r in o.responses] == [False] * (n - 1) + [True]
     assert o.end == "eof" and policy.lean == n
+
+
+async def test_a_waiting_read_takes_no_cancel_scope(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection's reader waits between requests (and while one is answered) with
+    its deadline kept by the run's stream clock, not a cancel scope entered per read and
+    moved twice a request (≈ 600 bytecodes): over 30 kept-alive requests its task enters
+    no scope after the connection's own (the old reader entered 30 and more)."""
+    port, policy, _ = await _serve(nursery, lean=True)
+    entered: list[str] = []
+    real_enter = trio.CancelScope.__enter__
+
+    def counting_enter(self: trio.CancelScope) -> trio.CancelScope:
+        entered.append(trio.lowlevel.current_task().name)
+        return real_enter(self)
+
+    monkeypatch.setattr(trio.CancelScope, "__enter__", counting_enter)
+    n = 30
+    o = await _run(
+        port, [_get("/health")] * (n - 1) + [_get("/health", "Connection: close")], {"pause": 0.01}
+    )
+    assert o.statuses == [200] * n and o.end == "eof" and policy.lean == n
+    readers = [name for name in entered if name.endswith("_run_handler")]
+    assert len(readers) <= 2, readers  # the connection's task group (and a grace read)
+
+
+async def test_idle_connections_close_at_once_when_the_server_stops(nursery: trio.Nursery) -> None:
+    """A kept-alive connection waiting for its next request is closed when the server
+    stops, not after its keep-alive time (75 s): the stop moves the waiting read's
+    deadline to now through the stream clock."""
+    app = lean_app()
+    stop = trio.Event()
+    policy = ConnectionPolicy(header_timeout=1.0)
+    urls: list[str] = await nursery.start(
+        partial(serve_app, app, "127.0.0.1:0", shutdown_trigger=stop.wait, policy=policy)
+    )
+    port = int(urls[0].rsplit(":", 1)[1])
+    socks = []
+    for _ in range(3):
+        sock = trio.socket.socket()
+        await sock.connect(("127.0.0.1", port))
+        await sock.send(_get("/health"))
+        assert (await sock.recv(65536)).startswith(b"HTTP/1.1 200 ")
+        socks.append(sock)
+    await trio.sleep(0.2)  # all three wait for a next request
+    start = trio.current_time()
+    stop.set()
+    with trio.fail_after(5):
+        for sock in socks:
+            assert await sock.recv(65536) == b""  # closed without a word
+            sock.close()
+    assert trio.current_time() - start < 2.0

@@ -66,3 +66,28 @@ async def test_a_canned_answer_leaves_before_any_checkpoint() -> None:
     finally:
         b.close()
         a.close()
+
+
+async def test_a_read_deadline_never_wakes_a_waiting_write() -> None:
+    """The waiting read is woken at its deadline by ``notify_closing`` on the socket,
+    which would wake a write waiting on the same socket too: while one is under way (the
+    send lock held) the deadline is looked at again a little later (the write has its
+    own bound), and the read is woken once it is done."""
+    import socket
+
+    a, b = socket.socketpair()
+    server = _server()
+    server.stream = trio.SocketStream(trio.socket.from_stdlib_socket(a))  # type: ignore[assignment]
+    try:
+        server._read_waiting, server._read_until = True, 10.0
+        assert server.due(5.0) == 10.0 and not server._read_woken  # not yet: asked again
+        async with server.send_lock:
+            again = server.due(10.0)
+            assert again == 10.0 + connections.WRITING_RECHECK_SECONDS
+            assert not server._read_woken
+        assert server.due(again) is None and server._read_woken
+        server._read_waiting = False
+        assert server.due(20.0) is None  # a read that no longer waits is left alone
+    finally:
+        a.close()
+        b.close()
