@@ -135,6 +135,13 @@ def access_message(entry: AccessEntry) -> str:
     ``key=value`` pairs (logfmt): a value with spaces, quotes, ``=`` or control
     characters is JSON-quoted, so a crafted path cannot forge a second line.
     """
+    if type(entry.status) is int and type(entry.bytes) is int:  # numbers need no quotes
+        quoted = _logfmt_value
+        return (
+            f"method={quoted(entry.method)} path={quoted(entry.path)}"
+            f" route={quoted(entry.route)} status={entry.status} bytes={entry.bytes}"
+            f" duration_ms={quoted(entry.duration_ms)} principal={quoted(entry.principal)}"
+        )
     return " ".join(f"{k}={_logfmt_value(getattr(entry, k))}" for k in _ACCESS_FIELDS)
 
 

@@ -115,8 +115,12 @@ def json_depth(text: str | bytes) -> int:
     return deepest
 
 
-def loads_bounded(text: str | bytes, max_depth: int, **json_options: Any) -> Any:
-    """``json.loads`` refusing nesting deeper than ``max_depth`` (:class:`JSONTooDeep`).
+def loads_bounded(
+    text: str | bytes, max_depth: int, decoder: json.JSONDecoder | None = None
+) -> Any:
+    """``json.loads`` refusing nesting deeper than ``max_depth`` (:class:`JSONTooDeep`);
+    ``decoder``: one made once with the options wanted (``json.loads`` with options
+    makes a decoder and its scanner per call).
 
     The exact depth is only computed when the text holds more brackets than the bound
     (rare), so ordinary chunks pay one ``count`` per bracket kind.
@@ -128,6 +132,10 @@ def loads_bounded(text: str | bytes, max_depth: int, **json_options: Any) -> Any
     if brackets > max_depth and json_depth(text) > max_depth:
         raise JSONTooDeep(f"JSON nested deeper than {max_depth} levels")
     try:
-        return json.loads(text, **json_options)
+        if decoder is not None and isinstance(text, str):
+            if text.startswith("\ufeff"):  # as json.loads refuses it
+                raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+            return decoder.decode(text)
+        return json.loads(text)
     except RecursionError:  # pragma: no cover - guarded by the depth check above
         raise JSONTooDeep(f"JSON nested deeper than {max_depth} levels") from None

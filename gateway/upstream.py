@@ -555,9 +555,13 @@ def _safe_value(value: str) -> bool:
     return bool(value) and value.isascii() and value.isprintable() and value == value.strip()
 
 
+#: httpx's ``json=`` encoding, made once (``json.dumps`` with options makes one a call)
+_REQUEST_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def _json_bytes(body: dict[str, Any]) -> bytes:
     """A request body as httpx's ``json=`` encodes it."""
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    return _REQUEST_JSON.encode(body).encode()
 
 
 async def _read_bounded(

@@ -333,9 +333,13 @@ def sse_response(body: ChannelBody) -> Response:
     return response
 
 
+#: ``json.dumps(obj, ensure_ascii=False)`` without an encoder made per call
+_ANSWER_JSON = json.JSONEncoder(ensure_ascii=False)
+
+
 def json_bytes(obj: Any) -> bytes:
     """A JSON response body (UTF-8; a lone surrogate from upstream is replaced)."""
-    return json.dumps(obj, ensure_ascii=False).encode("utf-8", UNPAIRED)
+    return _ANSWER_JSON.encode(obj).encode("utf-8", UNPAIRED)
 
 
 def json_response(obj: Any, status: int = 200) -> Response:
@@ -394,6 +398,12 @@ def _no_constant(name: str) -> Any:
     raise _invalid_json(f"The request body holds {name}, which is not JSON.")
 
 
+#: the request body's decoder, made once (``json.loads`` with options makes one a call)
+_REQUEST_JSON = json.JSONDecoder(
+    parse_float=_finite_float, parse_int=_bounded_int, parse_constant=_no_constant
+)
+
+
 def parse_json_bytes(raw: bytes, max_depth: int) -> Any:
     """Decode a JSON request body, refusing what would hurt later, each with a sentence
     saying what was wrong: not UTF-8, not JSON, nested deeper than ``max_depth``, a lone
@@ -404,13 +414,7 @@ def parse_json_bytes(raw: bytes, max_depth: int) -> Any:
     except UnicodeDecodeError:
         raise _invalid_json("The request body is not valid UTF-8.") from None
     try:
-        value = loads_bounded(
-            text,
-            max_depth,
-            parse_float=_finite_float,
-            parse_int=_bounded_int,
-            parse_constant=_no_constant,
-        )
+        value = loads_bounded(text, max_depth, _REQUEST_JSON)
     except JSONTooDeep:
         raise _invalid_json(
             f"The request body nests JSON deeper than {max_depth} levels."

@@ -62,6 +62,23 @@ def test_access_message_quotes_what_could_forge_a_line() -> None:
     assert message.split()[-1] == "principal=-"
 
 
+def test_the_quick_access_message_is_the_general_one() -> None:
+    """access_message writes the numbers without looking at them (they need no quotes):
+    the same line as every field through the quoting rule, in the entry's field order."""
+    assert logs._ACCESS_FIELDS == (
+        "method", "path", "route", "status", "bytes", "duration_ms", "principal"
+    )  # fmt: skip
+    entries = [
+        ENTRY,
+        AccessEntry("GET", '/x y\n"q"=\\', "un matched", 404, 0, 0.0, "a b"),
+        AccessEntry("", "", "", -1, -5, -0.04, ""),
+        AccessEntry("POST", "/é", "/r", 599, 10**12, float("inf"), "openwebui:u=1"),
+    ]
+    for e in entries:
+        general = " ".join(f"{k}={logs._logfmt_value(getattr(e, k))}" for k in logs._ACCESS_FIELDS)
+        assert access_message(e) == general
+
+
 def test_text_access_line() -> None:
     line = format_access_line(ENTRY, "text", when=WHEN)
     when, rest = line[:23], line[24:]
