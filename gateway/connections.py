@@ -709,8 +709,18 @@ class GatewayTCPServer(TCPServer):
             scope.deadline = until
         elif self._read_waiting:
             self._read_until = until
-            if until != math.inf and self._timer is not None:
-                self._timer.sooner(until)
+            timer = self._timer
+            if until == math.inf or timer is None:
+                return
+            now = trio.current_time()
+            if until > now:
+                timer.sooner(until)
+                return
+            # due now (the server stops): woken here, not through the clock, which may
+            # have called this entry at this very moment already (and not again)
+            again = self.due(now)
+            if again is not None:
+                timer.sooner(again)
 
     def due(self, now: float) -> float | None:
         """The stream clock: the waiting read's deadline came (wake it), or moved."""

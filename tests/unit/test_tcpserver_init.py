@@ -5,9 +5,11 @@ refused, as any other change to the internals the gateway overrides."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import trio
+import trio.testing
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import TrioSingleTask
 
@@ -89,5 +91,42 @@ async def test_a_read_deadline_never_wakes_a_waiting_write() -> None:
         server._read_waiting = False
         assert server.due(20.0) is None  # a read that no longer waits is left alone
     finally:
+        a.close()
+        b.close()
+
+
+async def test_a_deadline_moved_to_now_wakes_the_read_at_once() -> None:
+    """The server stops and an idle connection's deadline becomes now: its read is woken
+    there and then, not through the clock, which does not call an entry twice at one
+    moment (under a frozen test clock the stop can come at the moment it was called)."""
+    import math
+    import socket
+
+    from gateway.streamclock import clock
+
+    a, b = socket.socketpair()
+    server = _server()
+    raw = trio.socket.from_stdlib_socket(a)
+    server.stream = trio.SocketStream(raw)  # type: ignore[assignment]
+    server._timer = clock().add(server, None)
+    woken = trio.Event()
+
+    async def read() -> None:
+        with contextlib.suppress(trio.ClosedResourceError):
+            await trio.lowlevel.wait_readable(raw)
+        woken.set()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read)
+            await trio.testing.wait_all_tasks_blocked()
+            server._timer.fired = now = trio.current_time()  # called at this moment
+            server._read_waiting, server._read_until = True, math.inf
+            server._deadline_moved(now)
+            with trio.fail_after(1):
+                await woken.wait()
+            assert server._read_woken
+    finally:
+        server._timer.cancel()
         a.close()
         b.close()
