@@ -20,6 +20,11 @@ def main(argv: list[str] | None = None) -> int:
     pr.add_argument(
         "--keep-alive", action="store_true", help="with --requests: on one kept-alive connection"
     )
+    pr.add_argument(
+        "--bytecodes",
+        action="store_true",
+        help="with --requests: bytecodes per request by function (exact, slow: ~1 min)",
+    )
     pr.add_argument("--top", type=int, default=10, help="functions listed")
     ins = sub.add_parser(
         "instructions", help="gateway instructions per request under callgrind (noise-free)"
@@ -50,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "profile":
         from harness.bench.profile import main as profile_main
 
-        return profile_main(args.paced, args.top, args.requests, args.keep_alive, args.paths)
+        return profile_main(
+            args.paced, args.top, args.requests, args.keep_alive, args.paths, args.bytecodes
+        )
     if args.what == "instructions":
         from harness.bench.instructions import main as instructions_main
 

@@ -10,7 +10,9 @@ with ``--paced`` 20 concurrent streams of 1,000 deltas, one event per read, with
 scenario: a path every 10 deltas, half of them files that become links), or with
 ``--requests`` 1,000 sequential 1-delta streams (``Connection: close``: the per-request
 cost; with ``--keep-alive`` all on one kept-alive connection, as an SDK's pool sends
-them) under cProfile with a CPU timer instead (:mod:`harness.bench.cprof`). It
+them) under cProfile with a CPU timer instead (:mod:`harness.bench.cprof`), or with
+``--requests --bytecodes`` 300 of them with the bytecodes each function runs counted
+(:mod:`harness.bench.bytecodes`: exact, whatever the host's load). It
 prints the gateway's CPU per delta and the top functions by self time and by
 inclusive time (samples waiting in epoll or on a lock are left out: idle).
 """
@@ -95,13 +97,56 @@ def cprofile_requests(top: int, n: int = 1000, keep_alive: bool = False) -> int:
     return 0
 
 
+def bytecode_requests(top: int, n: int = 300, keep_alive: bool = False) -> int:
+    """Bytecodes per request by function (:mod:`harness.bench.bytecodes`) over ``n``
+    sequential 1-delta streams: a per-function figure the host's noise does not move."""
+    import json
+
+    how = ("--keep-alive",) if keep_alive else ()
+    with tempfile.TemporaryDirectory(prefix="relay-bytecodes-") as tmpdir:
+        tmp = Path(tmpdir)
+        out = tmp / "bytecodes.json"
+        p = start(tmp, wrap=["-m", "harness.bench.bytecodes", str(out)])
+        try:
+            client(p.gw_url, "bench-plain-1-bulk", "--sequential", "300", *how)  # warm-up
+            time.sleep(2.5)  # past the gateway's idle second (its heap trim)
+            p.gateway.send_signal(signal.SIGUSR1)
+            time.sleep(0.3)
+            client(p.gw_url, "bench-plain-1-bulk", "--sequential", str(n), *how)
+            p.gateway.send_signal(signal.SIGUSR2)
+            for _ in range(100):
+                if out.exists() and out.stat().st_size:
+                    break
+                time.sleep(0.1)
+            time.sleep(0.2)
+            rows = json.loads(out.read_text())
+        finally:
+            p.stop()
+    total = sum(r[0] for r in rows)
+    how_text = "kept alive" if keep_alive else "a new connection each"
+    print(f"gateway bytecodes per 1-delta chat ({how_text}, {n} requests): {total / n:,.0f}")
+    print("by function (bytecodes per request, calls per request):")
+    for ops, calls, name in sorted(rows, reverse=True)[:top]:
+        print(f"  {ops / n:8,.0f}  {calls / n:5.2f}×  {name}")
+    files: collections.Counter[str] = collections.Counter()
+    for ops, _, name in rows:
+        files[name.split(":")[0]] += ops
+    print("by file:")
+    for name, ops in files.most_common(top):
+        print(f"  {ops / n:8,.0f}  {100 * ops / max(total, 1):4.1f} %  {name}")
+    return 0
+
+
 def main(
     paced: bool = False,
     top: int = 10,
     requests: bool = False,
     keep_alive: bool = False,
     paths: bool = False,
+    bytecodes: bool = False,
 ) -> int:
+    if requests and bytecodes:
+        return bytecode_requests(top, keep_alive=keep_alive)
     if requests:
         return cprofile_requests(top, keep_alive=keep_alive)
     spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")

@@ -45,3 +45,18 @@ def test_the_instructions_benchmark_counts_each_kind_of_request() -> None:
     # a delta costs less than a request (its stream's start and end are taken out)
     paced = figures["a paced delta (per delta, 2 streams)"]
     assert 10 < paced < figures["1-delta chat, kept alive"], figures
+
+
+def test_the_bytecode_profile_counts_the_requests_only(capsys: pytest.CaptureFixture[str]) -> None:
+    """``profile --requests --bytecodes``: counted between the two signals only (far
+    below start-up's millions), the relay's own functions among the top, each file's
+    share printed."""
+    from harness.bench.profile import bytecode_requests
+
+    assert bytecode_requests(top=40, n=20, keep_alive=True) == 0
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert first.startswith("gateway bytecodes per 1-delta chat (kept alive, 20 requests): ")
+    per_request = int(first.rsplit(": ", 1)[1].replace(",", ""))
+    assert 2_000 < per_request < 200_000, first
+    assert "gateway/pipeline.py" in out and "by file:" in out
