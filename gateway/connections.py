@@ -848,9 +848,12 @@ class GatewayTCPServer(TCPServer):
     async def _wait_read(self, deadline: float) -> tuple[bytes | bytearray | None, float | None]:
         """Wait for the next bytes until ``deadline`` (moved meanwhile by
         :meth:`_deadline_moved`): (the bytes, or None when the socket was closed or
-        reset; None, or the deadline that came first)."""
+        reset; None, or the deadline that came first). The deadline's wake is a flag
+        looked at before every wait (one that comes while the read yields is not
+        lost) and ``notify_closing`` for the wait under way."""
         if deadline <= trio.current_time():
             return None, deadline  # (the clock calls no entry twice at one moment)
+        sock = _readable_socket(self.stream)
         self._read_until = deadline
         self._read_woken = False
         self._read_waiting = True
@@ -858,10 +861,27 @@ class GatewayTCPServer(TCPServer):
             if deadline != math.inf:
                 assert self._timer is not None
                 self._timer.sooner(deadline)
-            return await self._receive(waiting=True), None
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            # woken at the deadline, or closed (or reset) under the read
-            return None, self._read_until if self._read_woken else None
+            look = self._quick_reads >= QUICK_READS  # bytes may be there: yield, then read
+            if look:
+                self._quick_reads = 0
+                await trio.lowlevel.checkpoint()
+            while True:
+                if self._read_woken:
+                    return None, self._read_until
+                if look:
+                    try:
+                        return self._receive_nowait(), None
+                    except trio.WouldBlock:
+                        pass
+                    except trio.BrokenResourceError:
+                        return None, None
+                look = True
+                # (outside the except: a caught exception stays alive while it waits)
+                try:
+                    await trio.lowlevel.wait_readable(sock)
+                except trio.ClosedResourceError:
+                    if not self._read_woken:
+                        return None, None  # closed under the read
         finally:
             self._read_waiting = False
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 from hypercorn.trio.tcp_server import TCPServer
@@ -126,6 +127,47 @@ async def test_a_deadline_moved_to_now_wakes_the_read_at_once() -> None:
             with trio.fail_after(1):
                 await woken.wait()
             assert server._read_woken
+    finally:
+        server._timer.cancel()
+        a.close()
+        b.close()
+
+
+async def test_a_deadline_that_comes_while_the_read_yields_is_not_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After QUICK_READS reads that found bytes, the read yields once before it looks
+    again; a deadline that fires during that yield finds no wait to wake. It must still
+    end the read (red team, round 11: the flag was set, the wake went nowhere, and the
+    read then waited with nothing left to wake it, the server's stop included)."""
+    import socket
+
+    from gateway.streamclock import clock
+
+    a, b = socket.socketpair()
+    server = _server()
+    server.stream = trio.SocketStream(trio.socket.from_stdlib_socket(a))  # type: ignore[assignment]
+    server._timer = clock().add(server, None)
+    real = trio.lowlevel.checkpoint
+
+    async def deadline_during_the_yield() -> None:
+        if server._read_waiting and not server._read_woken:
+            assert server.due(server._read_until) is None  # fired: nothing waits yet
+        await real()
+
+    monkeypatch.setattr(trio.lowlevel, "checkpoint", deadline_during_the_yield)
+    try:
+        server._quick_reads = connections.QUICK_READS
+        deadline = trio.current_time() + 30
+        with trio.fail_after(2):
+            data, came = await server._wait_read(deadline)
+        assert (data, came) == (None, deadline)
+        # bytes there after a yield are read, not taken for a timeout
+        b.send(b"x")
+        server._quick_reads = connections.QUICK_READS
+        monkeypatch.setattr(trio.lowlevel, "checkpoint", real)
+        with trio.fail_after(2):
+            assert await server._wait_read(trio.current_time() + 30) == (b"x", None)
     finally:
         server._timer.cancel()
         a.close()
