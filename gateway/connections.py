@@ -849,11 +849,10 @@ class GatewayTCPServer(TCPServer):
         """Wait for the next bytes until ``deadline`` (moved meanwhile by
         :meth:`_deadline_moved`): (the bytes, or None when the socket was closed or
         reset; None, or the deadline that came first). The deadline's wake is a flag
-        looked at before every wait (one that comes while the read yields is not
-        lost) and ``notify_closing`` for the wait under way."""
+        that :meth:`_receive` looks at before every wait (one that comes while the read
+        yields is not lost) and ``notify_closing`` for the wait under way."""
         if deadline <= trio.current_time():
             return None, deadline  # (the clock calls no entry twice at one moment)
-        sock = _readable_socket(self.stream)
         self._read_until = deadline
         self._read_woken = False
         self._read_waiting = True
@@ -861,27 +860,10 @@ class GatewayTCPServer(TCPServer):
             if deadline != math.inf:
                 assert self._timer is not None
                 self._timer.sooner(deadline)
-            look = self._quick_reads >= QUICK_READS  # bytes may be there: yield, then read
-            if look:
-                self._quick_reads = 0
-                await trio.lowlevel.checkpoint()
-            while True:
-                if self._read_woken:
-                    return None, self._read_until
-                if look:
-                    try:
-                        return self._receive_nowait(), None
-                    except trio.WouldBlock:
-                        pass
-                    except trio.BrokenResourceError:
-                        return None, None
-                look = True
-                # (outside the except: a caught exception stays alive while it waits)
-                try:
-                    await trio.lowlevel.wait_readable(sock)
-                except trio.ClosedResourceError:
-                    if not self._read_woken:
-                        return None, None  # closed under the read
+            return await self._receive(waiting=True), None
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            # woken at the deadline, or closed (or reset) under the read
+            return None, self._read_until if self._read_woken else None
         finally:
             self._read_waiting = False
 
@@ -929,7 +911,7 @@ class GatewayTCPServer(TCPServer):
             self._quick_reads = 0
             await trio.lowlevel.checkpoint()
         elif waiting:  # the caller found nothing there a moment ago: wait first
-            await trio.lowlevel.wait_readable(sock)
+            await self._wait_readable(sock)
         while True:
             try:
                 return self._receive_nowait()
@@ -937,7 +919,14 @@ class GatewayTCPServer(TCPServer):
                 pass
             # the wait is outside the except: a caught exception is alive, with its
             # traceback's frames, for as long as its handler runs (a stream's length)
-            await trio.lowlevel.wait_readable(sock)  # the checkpoint: cancel, deadline
+            await self._wait_readable(sock)  # the checkpoint: cancel, deadline
+
+    async def _wait_readable(self, sock: Any) -> None:
+        """Wait for the socket, unless the waiting read's deadline came already (the
+        clock's wake found no wait: it came while the read yielded)."""
+        if self._read_waiting and self._read_woken:
+            raise trio.ClosedResourceError("the read's deadline came")
+        await trio.lowlevel.wait_readable(sock)
 
     # The lean path (gateway.exchange): a plain head for a lean route, whole in one read
     # at a request boundary, is served without h11 (which stays IDLE) and hypercorn's

@@ -132,10 +132,12 @@ def loads_bounded(
     if brackets > max_depth and json_depth(text) > max_depth:
         raise JSONTooDeep(f"JSON nested deeper than {max_depth} levels")
     try:
-        if decoder is not None and isinstance(text, str):
-            if text.startswith("\ufeff"):  # as json.loads refuses it
-                raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
-            return decoder.decode(text)
-        return json.loads(text)
+        if decoder is None:
+            return json.loads(text)
+        if isinstance(text, bytes):  # as json.loads reads bytes
+            text = text.decode(json.detect_encoding(text), "surrogatepass")
+        if text.startswith("\ufeff"):  # as json.loads refuses it
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        return decoder.decode(text)
     except RecursionError:  # pragma: no cover - guarded by the depth check above
         raise JSONTooDeep(f"JSON nested deeper than {max_depth} levels") from None
