@@ -46,6 +46,7 @@ from gateway.errors import GatewayError, Overloaded, UpstreamError, UpstreamHTTP
 from gateway.leanclient import SAFE_VALUE, LeanPool, LeanResponse
 from gateway.leanclient import available as lean_available
 from gateway.rewrite import rewrite, scrub_identifier
+from gateway.trust import verify_context
 
 __all__ = [
     "MAX_ERROR_BODY",
@@ -267,9 +268,11 @@ def new_client(
     headers: dict[str, str] | None = None,
     base_url: str = "",
 ) -> httpx.AsyncClient:
-    """An httpx client as the gateway uses them: no read timeout, no cookies."""
+    """An httpx client as the gateway uses them: no read timeout, no cookies, TLS trust
+    loaded on the first TLS connection (gateway.trust)."""
     client = httpx.AsyncClient(
         base_url=base_url,
+        verify=verify_context(),
         timeout=httpx.Timeout(connect_timeout, read=None),
         headers=headers,
         transport=transport,
