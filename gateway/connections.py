@@ -85,6 +85,7 @@ from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import TrioSingleTask, WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState, LifespanState
 from hypercorn.utils import parse_socket_addr
+from quart import Quart
 
 from gateway import accept
 from gateway.exchange import (
@@ -203,12 +204,31 @@ class ConnectionPolicy:
     contained: int = 0
     #: requests served on the lean path (gateway.exchange)
     lean: int = 0
+    #: the quart app a lean request is handed to directly (:func:`plain_asgi`), or None:
+    #: through hypercorn's wrapper and the app's ``__call__`` and ``asgi_app``
+    http_app: Any = None
     _warn_refused: _RateLimited = field(default_factory=_RateLimited, repr=False)
     _warn_failed: _RateLimited = field(default_factory=_RateLimited, repr=False)
     _warn_timeout: _RateLimited = field(default_factory=_RateLimited, repr=False)
 
 
 _DEFAULT_POLICY = ConnectionPolicy(header_timeout=math.inf, max_connections=2**62)
+
+
+def plain_asgi(app: Any) -> bool:
+    """Is ``app`` a quart app whose ASGI entry is quart's own (no middleware wrapped
+    around ``asgi_app``, neither overridden)? Then an HTTP request may go straight to
+    its ``asgi_http_class``: what ``__call__`` and ``asgi_app`` would do, without their
+    two calls (and hypercorn's wrapper's), which every request paid for, and every
+    open stream held as three coroutines (≈ 0.7 KiB)."""
+    cls = type(app)
+    return (
+        isinstance(app, Quart)
+        and cls.__call__ is Quart.__call__
+        and cls.asgi_app is Quart.asgi_app
+        and "asgi_app" not in vars(app)
+        and "__call__" not in vars(app)
+    )
 
 
 def policy_of(config: Any) -> ConnectionPolicy | None:
@@ -959,7 +979,10 @@ class GatewayTCPServer(TCPServer):
             self._idle_set(False)
             await self.context.mark_request()
             assert self._task_group._nursery is not None
-            self._task_group._nursery.start_soon(exchange.run, self.app)
+            direct = self._policy.http_app
+            if direct is not None and getattr(self.app, "app", None) is not direct:
+                direct = None  # (another app than the policy's: its whole way)
+            self._task_group._nursery.start_soon(exchange.run, self.app, direct)
             data = data[end:]  # a request after this one (none when its body is owed)
             if not data:
                 return None

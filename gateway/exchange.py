@@ -221,17 +221,22 @@ class LeanExchange:
 
     # -- the app's side
 
-    async def run(self, app: Any) -> None:
+    async def run(self, app: Any, direct: Any = None) -> None:
         """Call the ASGI ``app`` (hypercorn's wrapper), then finish the exchange (the
-        error answer if it gave none, the recycle or the close)."""
+        error answer if it gave none, the recycle or the close). ``direct``: the quart
+        app inside it, called at its ``asgi_http_class`` (what its ``asgi_app`` does
+        for an HTTP scope; the caller knows it has no middleware), or None."""
         try:
-            await app(
-                self.scope,
-                self.queue.receive,
-                self.send,
-                trio.to_thread.run_sync,
-                trio.from_thread.run,
-            )
+            if direct is not None:
+                await direct.asgi_http_class(direct, self.scope)(self.queue.receive, self.send)
+            else:
+                await app(
+                    self.scope,
+                    self.queue.receive,
+                    self.send,
+                    trio.to_thread.run_sync,
+                    trio.from_thread.run,
+                )
         except trio.Cancelled:
             raise
         except BaseExceptionGroup as group:  # as hypercorn's task group: log, not raise

@@ -146,6 +146,7 @@ async def serve_app(
                 (method.encode("ascii"), path.encode("ascii"))
                 for method, path in getattr(app, "lean_routes", {})
             )
+            policy.http_app = app if connections.plain_asgi(app) else None
         setattr(cfg, connections.POLICY_ATTR, policy)
     with tagged(app_tag(app)):  # every task of this server logs under the app's name
         await serve(app, cfg, shutdown_trigger=shutdown_trigger, task_status=task_status)

@@ -300,3 +300,43 @@ async def test_idle_connections_close_at_once_when_the_server_stops(nursery: tri
             assert await sock.recv(65536) == b""  # closed without a word
             sock.close()
     assert trio.current_time() - start < 2.0
+
+
+async def test_the_app_is_called_directly_unless_wrapped(nursery: trio.Nursery) -> None:
+    """A lean request goes straight to the app's ASGI connection class, skipping
+    hypercorn's wrapper and quart's ``__call__`` and ``asgi_app``, only when those are
+    quart's own: middleware wrapped around ``asgi_app`` still sees every request."""
+    port, policy, app = await _serve(nursery, lean=True)
+    assert policy.http_app is app
+    plain = await _run(port, [CHAT + _get("/health", "Connection: close")], {})
+    assert plain.statuses == [200, 200]
+
+    wrapped = lean_app()
+    seen: list[str] = []
+    inner = wrapped.asgi_app
+
+    async def middleware(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope["path"])
+
+        async def tagged(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message["headers"], (b"x-mw", b"1")]}
+            await send(message)
+
+        await inner(scope, receive, tagged)
+
+    wrapped.asgi_app = middleware  # type: ignore[method-assign]
+    wpolicy = ConnectionPolicy(header_timeout=1.0)
+    urls: list[str] = await nursery.start(
+        partial(
+            serve_app, wrapped, "127.0.0.1:0", shutdown_trigger=trio.sleep_forever, policy=wpolicy
+        )
+    )
+    assert wpolicy.http_app is None
+    out = await _run(
+        int(urls[0].rsplit(":", 1)[1]), [CHAT + _get("/health", "Connection: close")], {}
+    )
+    assert out.statuses == [200, 200]
+    assert wpolicy.lean == 2 and seen == ["/echo", "/health"]
+    assert all(r.headers.get("x-mw") == "1" for r in out.responses)
+    assert [r.body for r in out.responses] == [r.body for r in plain.responses]

@@ -172,3 +172,26 @@ async def test_a_deadline_that_comes_while_the_read_yields_is_not_lost(
         server._timer.cancel()
         a.close()
         b.close()
+
+
+def test_plain_asgi_is_quart_own_entry_only() -> None:
+    from quart import Quart
+
+    from gateway.connections import plain_asgi
+    from gateway.web import ServiceApp
+
+    assert plain_asgi(ServiceApp("a")) and plain_asgi(Quart("q"))
+    wrapped = ServiceApp("w")
+    wrapped.asgi_app = wrapped.asgi_app  # type: ignore[method-assign]  # middleware's way
+    assert not plain_asgi(wrapped)
+
+    class OwnEntry(ServiceApp):
+        async def asgi_app(self, scope: Any, receive: Any, send: Any) -> None:
+            await super().asgi_app(scope, receive, send)
+
+    class OwnCall(ServiceApp):
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            await super().__call__(scope, receive, send)
+
+    assert not plain_asgi(OwnEntry("e")) and not plain_asgi(OwnCall("c"))
+    assert not plain_asgi(object())
