@@ -67,6 +67,7 @@ __all__ = [
     "UpstreamConfig",
     "config_from_dict",
     "config_source",
+    "extra_roots",
     "inspect_config",
     "load_config",
     "mask_database_url",
@@ -584,6 +585,21 @@ class Config:
     database: DatabaseConfig
     runs: RunsConfig
     log: LogConfig
+
+
+def extra_roots(config: Config) -> tuple[str, ...]:
+    """The configured artifact roots and mount prefixes, and the POSIX folders that hold
+    them two or more levels deep: host paths too, for every scrubber. The gateway knows
+    ``/data/acme`` is a host folder when ``/data/acme/artifacts`` is a root, so
+    ``/data/acme/logs/run.log`` and ``/data/acme/artifacts.bak`` are paths as well."""
+    arts = config.artifacts
+    given = (*(str(r) for r in arts.roots), *(m.agent_prefix for m in arts.mounts))
+    out = dict.fromkeys(given)
+    for root in given:
+        parts = root.rstrip("/").split("/")
+        if root.startswith("/"):
+            out.update(dict.fromkeys("/".join(parts[:n]) for n in range(len(parts) - 1, 2, -1)))
+    return tuple(out)
 
 
 #: Environment variable -> dotted key it overrides.

@@ -17,7 +17,7 @@ from quart import current_app
 
 from gateway.artifacts import ArtifactService, NameOnly
 from gateway.auth import Authenticator
-from gateway.config import Config
+from gateway.config import Config, extra_roots
 from gateway.metrics import Metrics
 from gateway.openwebui import OpenWebUI
 from gateway.pipeline import ChatPipeline, LinkResolver, PipelineSettings
@@ -31,21 +31,6 @@ from gateway.upstream import Upstream
 from gateway.web import ServiceApp
 
 __all__ = ["GatewayApp", "GatewayState", "current", "extra_roots", "make_scrub"]
-
-
-def extra_roots(config: Config) -> tuple[str, ...]:
-    """The configured artifact roots and mount prefixes, and the POSIX folders that hold
-    them two or more levels deep: host paths too, for every scrubber. The gateway knows
-    ``/data/acme`` is a host folder when ``/data/acme/artifacts`` is a root, so
-    ``/data/acme/logs/run.log`` and ``/data/acme/artifacts.bak`` are paths as well."""
-    arts = config.artifacts
-    given = (*(str(r) for r in arts.roots), *(m.agent_prefix for m in arts.mounts))
-    out = dict.fromkeys(given)
-    for root in given:
-        parts = root.rstrip("/").split("/")
-        if root.startswith("/"):
-            out.update(dict.fromkeys("/".join(parts[:n]) for n in range(len(parts) - 1, 2, -1)))
-    return tuple(out)
 
 
 def make_scrub(config: Config) -> Callable[[str], str]:

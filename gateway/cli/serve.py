@@ -115,7 +115,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return run_locked(cfg, role="api", replace=args.replace, serve=lambda: _serve(cfg))
 
 
+def _detector_first(cfg: Any) -> None:
+    """Build the path detector before the app's modules load. Compiling its regexes
+    makes ~4 MiB of short-lived objects, and the few that outlive it (~200) kept three
+    of the allocator's 1 MiB arenas from being given back: about 0.7 MiB more idle RSS
+    when it came after the imports, whose objects now fill those arenas instead. The
+    app takes this one (``PathDetector.shared`` is cached by its arguments)."""
+    from gateway.config import extra_roots
+    from gateway.paths import PathDetector
+
+    PathDetector.shared(extra_roots(cfg), cfg.limits.max_path_chars)
+
+
 def _serve(cfg: Any) -> int:
+    _detector_first(cfg)
     from gateway.app import create_app
 
     app = create_app(cfg)
@@ -128,6 +141,7 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
 
 
 def _serve_proxy(cfg: Any) -> int:
+    _detector_first(cfg)
     from gateway.proxy import create_proxy_app
 
     app = create_proxy_app(cfg)

@@ -33,7 +33,7 @@ import trio
 from quart import Response, request
 
 from gateway import __version__
-from gateway.config import Config
+from gateway.config import Config, extra_roots
 from gateway.errors import AuthError, GatewayError, RequestError, UpstreamError
 from gateway.fronts.chat import SAMPLING_KEYS, validate_chat_body
 from gateway.fronts.openwebui import OpenWebUIEncoder, ends_with_note
@@ -45,7 +45,6 @@ from gateway.proxy.stream import RemoteRunSource, RunEventStage, gateway_error
 from gateway.relay import Relay, RelayOptions
 from gateway.rewrite import rewrite, scrub_identifier
 from gateway.shapes import check_id, check_usage, loads_bounded
-from gateway.state import extra_roots
 from gateway.upstream import new_client
 from gateway.web import (
     ChannelBody,

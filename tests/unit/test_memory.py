@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import subprocess
 import sys
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import trio
@@ -131,3 +133,42 @@ def test_the_real_trim_runs_here() -> None:
     junk = [bytearray(100_000) for _ in range(200)]  # 20 MB through malloc
     del junk
     memory.release_free_memory()  # does not crash; returns whether pages went back
+
+
+def test_the_detector_built_first_is_the_one_the_app_takes(tmp_path: Path) -> None:
+    """``gateway run`` builds the path detector before the app's modules load (its
+    regexes' short-lived objects then no longer pin allocator arenas the imports would
+    otherwise fill); the app must take that detector, not build a second one."""
+    from gateway.app import create_app
+    from gateway.cli.serve import _detector_first
+    from gateway.config import extra_roots
+    from gateway.paths import PathDetector
+    from tests.conftest import make_config
+
+    cfg = make_config(tmp_path, "http://127.0.0.1:9/v1")
+    _detector_first(cfg)
+    first = PathDetector.shared(extra_roots(cfg), cfg.limits.max_path_chars)
+    app = create_app(cfg)
+    try:
+        assert app.gateway.settings.detector is first
+        assert app.gateway.scrub("/srv/x/report.pdf") == "report.pdf"
+    finally:
+        app.gateway.store.close()
+
+
+def test_the_detector_is_built_before_the_app_modules_load(tmp_path: Path) -> None:
+    """What makes the ordering pay: building the detector imports none of the big
+    modules (quart, hypercorn, httpx). A fresh interpreter, as ``gateway run`` has."""
+    code = (
+        "import sys\n"
+        "from gateway.cli.serve import _detector_first\n"
+        "from gateway.config import config_from_dict\n"
+        f"cfg = config_from_dict({{'state_dir': {str(tmp_path)!r}}})\n"
+        "_detector_first(cfg)\n"
+        "print(sorted(m for m in ('quart', 'hypercorn', 'httpx', 'gateway.app')"
+        " if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "[]", out.stderr
