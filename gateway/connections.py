@@ -78,12 +78,14 @@ from hypercorn.config import Config
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.events import Body, Data, EndBody, Response, StreamClosed
 from hypercorn.protocol.events import Event as StreamEvent
-from hypercorn.protocol.h11 import STREAM_ID, H11Protocol
+from hypercorn.protocol.h11 import STREAM_ID, H11Protocol, H11WSConnection
 from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
+from hypercorn.protocol.ws_stream import WSStream
 from hypercorn.trio.task_group import TaskGroup, _handle
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
-from hypercorn.trio.worker_context import TrioSingleTask, WorkerContext
+from hypercorn.trio.worker_context import EventWrapper, TrioSingleTask, WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState, LifespanState
+from hypercorn.typing import Event as IOEvent
 from hypercorn.utils import parse_socket_addr
 from quart import Quart
 
@@ -418,13 +420,69 @@ class GatewayH11Protocol(H11Protocol):
     #: chunks of the current request's chunked body so far
     body_pieces = 0
 
+    def __init__(
+        self,
+        app: AppWrapper,
+        config: Config,
+        context: Any,
+        task_group: Any,
+        connection_state: ConnectionState,
+        ssl: bool,
+        client: tuple[str, int] | None,
+        server: tuple[str, int] | None,
+        send: Callable[[Event], Awaitable[None]],
+    ) -> None:
+        # hypercorn's, without its h11 connection and ``can_read`` event until one is
+        # used: requests on the lean path (gateway.exchange) use neither, and an open
+        # stream held both (≈ 1.2 KiB, and ≈ 150 bytecodes a new connection)
+        self.app = app
+        self.client = client
+        self.config = config
+        self.context = context
+        self.keep_alive_requests = 0
+        self.send = send
+        self.server = server
+        self.ssl = ssl
+        self.stream: HTTPStream | WSStream | None = None
+        self.task_group = task_group
+        self.connection_state = connection_state
+
+    @functools.cached_property
+    def connection(self) -> h11.Connection | H11WSConnection:  # type: ignore[override]
+        return h11.Connection(
+            h11.SERVER, max_incomplete_event_size=self.config.h11_max_incomplete_size
+        )
+
+    @functools.cached_property
+    def can_read(self) -> IOEvent:  # type: ignore[override]
+        return self.context.event_class()
+
+    @property
+    def _h11_made(self) -> h11.Connection | H11WSConnection | None:
+        """The h11 connection if a request took h11's way already (else None)."""
+        made: h11.Connection | H11WSConnection | None = self.__dict__.get("connection")
+        return made
+
+    @property
+    def trailing(self) -> bytes:
+        """What h11 holds of the client's bytes, unparsed (b"" before h11 is used)."""
+        conn = self._h11_made
+        return conn.trailing_data[0] if conn is not None else b""
+
+    def wake_reader(self) -> None:
+        """Stop reading, and wake a reader paused on ``can_read`` (none if never made;
+        hypercorn's ``EventWrapper.set`` never waits)."""
+        self.stop_reading = True
+        event: Any = self.__dict__.get("can_read")
+        if event is not None:
+            event._event.set()  # (install checked it is hypercorn's trio EventWrapper)
+
     async def handle(self, event: Event) -> None:
         if isinstance(event, Closed):
             # the connection is gone (a write failed, the client left, it is closing):
             # a reader paused until the answer ends, with the client's next request
             # already queued, would wait for ``can_read`` forever and keep the socket
-            self.stop_reading = True
-            await self.can_read.set()
+            self.wake_reader()
         await super().handle(event)
 
     async def _check_protocol(self, event: h11.Request) -> None:
@@ -579,16 +637,18 @@ class GatewayH11Protocol(H11Protocol):
 
     @property
     def awaiting_head(self) -> bool:
-        conn = self.connection
-        return bool(conn.our_state is h11.IDLE and conn.their_state is h11.IDLE)
+        conn = self._h11_made
+        return conn is None or bool(conn.our_state is h11.IDLE and conn.their_state is h11.IDLE)
 
     @property
     def receiving_body(self) -> bool:
-        return bool(self.connection.their_state is h11.SEND_BODY)
+        conn = self._h11_made
+        return conn is not None and conn.their_state is h11.SEND_BODY
 
     @property
     def response_started(self) -> bool:
-        return self.connection.our_state not in (h11.IDLE, h11.SEND_RESPONSE)
+        conn = self._h11_made
+        return conn is not None and conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE)
 
 
 # --------------------------------------------------------------------------- TCP
@@ -650,6 +710,8 @@ class GatewayTCPServer(TCPServer):
         return lock is not None and lock.locked()
 
     async def run(self) -> None:
+        # one coroutine from the accept to the reader's loop (an open stream holds each
+        # level's frame): the policy's bounds, the containment, the plain-TCP serve
         policy = policy_of(self.config)
         self._policy = policy or _DEFAULT_POLICY
         try:
@@ -658,54 +720,60 @@ class GatewayTCPServer(TCPServer):
                 return
             self._policy.open += 1
             try:
-                await self._run()
+                if hasattr(self.stream, "do_handshake"):  # TLS: hypercorn's own handler
+                    await super().run()
+                    return
+                self._head_started = trio.current_time()
+                try:
+                    async with GatewayTaskGroup() as task_group:
+                        await self._start_protocol(task_group)
+                        self._timer = clock().add(self, None, self.context.terminated)
+                        try:
+                            await self._read_data()
+                        finally:
+                            self._timer.cancel()
+                except OSError:
+                    pass
+                finally:
+                    await self._close(final=True)
             finally:
                 self._policy.open -= 1
         except* Exception as group:
-            self._policy.contained += 1
-            first = group.exceptions[0]
-            self._policy._warn_failed(
-                log,
-                logging.WARNING,
-                "a connection failed and was closed (contained: %s: %s)",
-                type(first).__name__,
-                first,
-            )
-            log.debug("contained connection failure", exc_info=group)
+            self._contained(group)
 
-    async def _run(self) -> None:
-        if hasattr(self.stream, "do_handshake"):  # TLS: hypercorn's own handler
-            await super().run()
-            return
-        self._head_started = trio.current_time()
-        try:
-            sock = self.stream.socket
-            client = parse_socket_addr(sock.family, sock.getpeername())
-            server = parse_socket_addr(sock.family, sock.getsockname())
-            async with GatewayTaskGroup() as task_group:
-                self._task_group = task_group
-                self.protocol = GatewayH11Protocol(  # type: ignore[assignment]
-                    self.app,
-                    self.config,
-                    self.context,
-                    task_group,
-                    ConnectionState(self.state),
-                    False,
-                    client,
-                    server,
-                    self.protocol_send,
-                )
-                await self.protocol.initiate()
-                self._idle_until = trio.current_time() + self.config.keep_alive_timeout
-                self._timer = clock().add(self, None, self.context.terminated)
-                try:
-                    await self._read_data()
-                finally:
-                    self._timer.cancel()
-        except OSError:
-            pass
-        finally:
-            await self._close(final=True)
+    async def _start_protocol(self, task_group: TaskGroup) -> None:
+        """The connection's HTTP/1.1 protocol (h11 made on first use), and its idle
+        deadline (raises OSError when the client is gone already)."""
+        self._task_group = task_group
+        sock = self.stream.socket
+        client = parse_socket_addr(sock.family, sock.getpeername())
+        server = parse_socket_addr(sock.family, sock.getsockname())
+        self.protocol = GatewayH11Protocol(  # type: ignore[assignment]
+            self.app,
+            self.config,
+            self.context,
+            task_group,
+            ConnectionState(self.state),
+            False,
+            client,
+            server,
+            self.protocol_send,
+        )
+        await self.protocol.initiate()
+        self._idle_until = trio.current_time() + self.config.keep_alive_timeout
+
+    def _contained(self, group: BaseExceptionGroup[Exception]) -> None:
+        """A connection's failure stays in it: counted, logged (rate-limited)."""
+        self._policy.contained += 1
+        first = group.exceptions[0]
+        self._policy._warn_failed(
+            log,
+            logging.WARNING,
+            "a connection failed and was closed (contained: %s: %s)",
+            type(first).__name__,
+            first,
+        )
+        log.debug("contained connection failure", exc_info=group)
 
     # hypercorn's keep-alive timer is a task started anew for every request (a lock, a
     # nursery.start, two cancels); here the reader's own deadline is the idle timer:
@@ -930,23 +998,21 @@ class GatewayTCPServer(TCPServer):
         if self._quick_reads >= QUICK_READS:
             self._quick_reads = 0
             await trio.lowlevel.checkpoint()
-        elif waiting:  # the caller found nothing there a moment ago: wait first
-            await self._wait_readable(sock)
+            waiting = False
         while True:
-            try:
-                return self._receive_nowait()
-            except trio.WouldBlock:  # (the yield bound is not reached here: reset above)
-                pass
+            if not waiting:
+                try:
+                    return self._receive_nowait()
+                except trio.WouldBlock:  # (the yield bound is not reached here: reset above)
+                    pass
             # the wait is outside the except: a caught exception is alive, with its
             # traceback's frames, for as long as its handler runs (a stream's length)
-            await self._wait_readable(sock)  # the checkpoint: cancel, deadline
-
-    async def _wait_readable(self, sock: Any) -> None:
-        """Wait for the socket, unless the waiting read's deadline came already (the
-        clock's wake found no wait: it came while the read yielded)."""
-        if self._read_waiting and self._read_woken:
-            raise trio.ClosedResourceError("the read's deadline came")
-        await trio.lowlevel.wait_readable(sock)
+            waiting = False
+            # the waiting read's deadline may have come already (the clock's wake found
+            # no wait: it came while the read yielded)
+            if self._read_waiting and self._read_woken:
+                raise trio.ClosedResourceError("the read's deadline came")
+            await trio.lowlevel.wait_readable(sock)  # the checkpoint: cancel, deadline
 
     # The lean path (gateway.exchange): a plain head for a lean route, whole in one read
     # at a request boundary, is served without h11 (which stays IDLE) and hypercorn's
@@ -961,12 +1027,12 @@ class GatewayTCPServer(TCPServer):
             data = await exchange.feed(data)
             if not data:
                 return None
-            await exchange.finished.wait()
+            await exchange.wait_finished()
         routes = self._policy.lean_routes
         while data:
             if proto.stop_reading or self._lingering:
                 return None  # closing: what the client still sends is dropped
-            if not routes or not proto.awaiting_head or proto.connection.trailing_data[0]:
+            if not routes or not proto.awaiting_head or proto.trailing:
                 return data
             head = parse_head(data, routes, self.config.h11_max_incomplete_size)
             if head is None:
@@ -986,7 +1052,7 @@ class GatewayTCPServer(TCPServer):
             data = data[end:]  # a request after this one (none when its body is owed)
             if not data:
                 return None
-            await exchange.finished.wait()
+            await exchange.wait_finished()
         return None
 
     async def _lean_eof(self, proto: GatewayH11Protocol, exchange: LeanExchange) -> None:
@@ -1061,7 +1127,7 @@ class GatewayTCPServer(TCPServer):
             policy.header_timeout,
         )
         head = exchange is None and proto.awaiting_head
-        got_bytes = not head or bool(proto.connection.trailing_data[0])
+        got_bytes = not head or bool(proto.trailing)
         started = exchange.started if exchange is not None else proto.response_started
         if not started and got_bytes:
             message = (
@@ -1155,7 +1221,7 @@ class GatewayTCPServer(TCPServer):
         if isinstance(event, Updated):
             if event.idle:  # recycled: the next head's clock starts with its first byte
                 proto = self._h11
-                trailing = proto is not None and bool(proto.connection.trailing_data[0])
+                trailing = proto is not None and bool(proto.trailing)
                 self._head_started = trio.current_time() if trailing else None
             else:
                 self._head_started = None
@@ -1225,8 +1291,7 @@ class GatewayTCPServer(TCPServer):
         if proto is None:  # TLS: hypercorn's own close
             await super()._close()
             return
-        proto.stop_reading = True
-        await proto.can_read.set()
+        proto.wake_reader()
         if final or self._lingering:
             if final:
                 await self.stream.aclose()
@@ -1247,17 +1312,9 @@ class GatewayTCPServer(TCPServer):
         write under way, a plain socket. True if done; False, and nothing done, if
         :meth:`_close` must run instead."""
         proto = self._h11
-        can_read = getattr(getattr(proto, "can_read", None), "_event", None)
-        if (
-            proto is None
-            or self._lingering
-            or not isinstance(can_read, trio.Event)
-            or self._writing
-            or _raw_socket(self.stream) is None
-        ):
+        if proto is None or self._lingering or self._writing or _raw_socket(self.stream) is None:
             return False
-        proto.stop_reading = True
-        can_read.set()  # hypercorn's EventWrapper.set, which never waits
+        proto.wake_reader()
         self._fin_now()
         return True
 
@@ -1372,6 +1429,10 @@ def _unknown_hypercorn(current: object) -> str:
             return f"{cls.__name__} lacks {', '.join(missing)}"
     if _init_attributes(TCPServer) != _TCPSERVER_ATTRIBUTES:
         return "TCPServer.__init__ sets other attributes than GatewayTCPServer's"
+    if _init_attributes(H11Protocol) != _H11PROTOCOL_ATTRIBUTES:
+        return "H11Protocol.__init__ sets other attributes than GatewayH11Protocol's"
+    if "_event" not in _init_attributes(EventWrapper):
+        return "hypercorn's trio EventWrapper keeps no trio.Event"
     return ""
 
 
@@ -1379,6 +1440,27 @@ def _unknown_hypercorn(current: object) -> str:
 #: same, two of them lazily)
 _TCPSERVER_ATTRIBUTES = frozenset(
     ("app", "config", "context", "send_lock", "idle_task", "stream", "state")
+)
+
+
+#: what hypercorn's ``H11Protocol.__init__`` sets (GatewayH11Protocol.__init__ sets the
+#: same, two of them lazily)
+_H11PROTOCOL_ATTRIBUTES = frozenset(
+    (
+        "app",
+        "can_read",
+        "client",
+        "config",
+        "connection",
+        "context",
+        "keep_alive_requests",
+        "send",
+        "server",
+        "ssl",
+        "stream",
+        "task_group",
+        "connection_state",
+    )
 )
 
 

@@ -145,7 +145,9 @@ class LeanExchange:
         self.state = _REQUEST
         self.chunked = False
         self.lost = False  # the client left, or the connection layer answered instead
-        self.finished = trio.Event()  # answered and recycled (or closing): read on
+        #: answered and recycled (or closing): the reader reads on (:meth:`wait_finished`)
+        self.finished = False
+        self._finished_event: trio.Event | None = None  # made only when someone waits
         self._app_done = False
         path = head.path
         self.scope: dict[str, Any] = {
@@ -218,6 +220,22 @@ class LeanExchange:
         instead): the app is told, and what it still sends goes nowhere."""
         self.lost = True
         self.client_left()
+
+    def _set_finished(self) -> None:
+        self.finished = True
+        if self._finished_event is not None:
+            self._finished_event.set()
+
+    async def wait_finished(self) -> None:
+        """Until the exchange is :attr:`finished` (a checkpoint, as ``Event.wait``). The
+        event is made by the first wait: most requests end with none (an open stream
+        held one, with its set of waiters, for nothing)."""
+        if self.finished:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._finished_event is None:
+            self._finished_event = trio.Event()
+        await self._finished_event.wait()
 
     # -- the app's side
 
@@ -300,7 +318,7 @@ class LeanExchange:
             self.server.recycle(self)
         self.queue.close_receive()
         self._app_done = True
-        self.finished.set()
+        self._set_finished()
         return True
 
     async def _finish(self) -> None:
@@ -325,9 +343,9 @@ class LeanExchange:
             await self._close()
             return
         self.server.recycle(self)
-        self.finished.set()
+        self._set_finished()
 
     async def _close(self) -> None:
         self.close_after = True
-        self.finished.set()
+        self._set_finished()
         await self.server.close_exchange(self)

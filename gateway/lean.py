@@ -31,6 +31,7 @@ Other methods and paths (405, 404, ``HEAD``) take quart's way. The route's label
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -228,16 +229,13 @@ async def _send_json(
 
 def lean_route(route: str, handler: LeanRoute) -> Callable[..., Awaitable[None]]:
     """What ``ServiceApp.lean_routes`` maps a ``(method, path)`` to: serve it with
-    ``handler``, labelled ``route`` (``conn, receive, send, writes``)."""
-
-    async def serve(conn: Any, receive: Any, send: Any, writes: Any) -> None:
-        await serve_lean(conn, route, handler, receive, send, writes)
-
-    return serve
+    ``handler``, labelled ``route`` (``conn, receive, send, writes``; a partial, not a
+    closure: no coroutine of its own under every open stream)."""
+    return functools.partial(serve_lean, route=route, handler=handler)
 
 
 async def serve_lean(
-    conn: Any, route: str, handler: LeanRoute, receive: Any, send: Any, writes: Any
+    conn: Any, receive: Any, send: Any, writes: Any, *, route: str, handler: LeanRoute
 ) -> None:
     """Serve one request with ``handler`` (``conn``: the app's ASGI connection, a
     :class:`gateway.web.GatewayHTTPConnection`)."""
@@ -264,27 +262,21 @@ async def serve_lean(
 
 
 async def _answer(conn: Any, handler: LeanRoute, req: LeanRequest, send: Any, writes: Any) -> None:
-    """The handler's reply sent, or the error it raised before the answer began."""
-    started = False
-
-    async def tracked(message: Any) -> None:
-        nonlocal started
-        started = True
-        await send(message)
-
+    """The handler's reply sent, or the error it raised before the answer began
+    (``conn.status_sent``: the head went out)."""
     try:
         reply = await handler(conn.app.gateway, req)
         if isinstance(reply, StreamReply):
             req.release()
-            await conn.send_stream(tracked, 200, reply.body, writes)
+            await conn.send_stream(send, 200, reply.body, writes)
         else:
-            await _send_joined(tracked, reply.status, [], json_bytes(reply.obj), writes)
+            await _send_joined(send, reply.status, [], json_bytes(reply.obj), writes)
     except _Gone:
         pass
     except Exception as exc:
-        if started:
+        if conn.status_sent:
             raise
-        await _send_joined(tracked, *error_parts(_as_gateway_error(exc, req.scope)), writes)
+        await _send_joined(send, *error_parts(_as_gateway_error(exc, req.scope)), writes)
 
 
 def _as_gateway_error(exc: Exception, scope: dict[str, Any]) -> GatewayError:

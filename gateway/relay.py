@@ -305,7 +305,23 @@ class Relay(Generic[In, Ev, Out]):
 
     async def __anext__(self) -> Out:
         recv = self._out
-        first = await self._first()
+        while True:  # the next output, waited for (never inside an ``except``: the
+            # exception and its frames would stay alive for as long as the stream waits)
+            try:
+                first = recv.receive_nowait()
+                break
+            except trio.WouldBlock:
+                pass
+            except trio.EndOfChannel:
+                raise StopAsyncIteration from None
+            if self._pull:  # read here: the queue is empty, so no push can wait
+                await self._pull_once()
+                continue
+            try:  # no deadline here: the stream clock keeps the time
+                first = await recv.receive()
+                break
+            except trio.EndOfChannel:
+                raise StopAsyncIteration from None
         parts: list[Out] | None = None
         while True:  # outputs already queued go out together (never wait for more)
             try:
@@ -319,25 +335,6 @@ class Relay(Generic[In, Ev, Out]):
             return first
         joined: Out = self._opts.join(parts)
         return joined
-
-    async def _first(self) -> Out:
-        """The next output, waited for (a wait never happens inside an ``except``: the
-        exception and its frames would stay alive for as long as the stream waits)."""
-        recv = self._out
-        while True:
-            try:
-                return recv.receive_nowait()
-            except trio.WouldBlock:
-                pass
-            except trio.EndOfChannel:
-                raise StopAsyncIteration from None
-            if self._pull:  # read here: the queue is empty, so no push can wait
-                await self._pull_once()
-                continue
-            try:  # no deadline here: the stream clock keeps the time
-                return await recv.receive()
-            except trio.EndOfChannel:
-                raise StopAsyncIteration from None
 
     async def first_step(self) -> None:
         """Wait until the producer has done what it could without waiting: it began a

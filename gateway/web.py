@@ -88,17 +88,13 @@ class ServiceApp(QuartTrio):
 class GatewayHTTPConnection(TrioASGIHTTPConnection):
     """Adds a per-request exit stack, the in-flight count, metrics and the access log."""
 
+    #: the answer's status once its head was sent (0 before), and its body's bytes
+    status_sent = 0
+    bytes_sent = 0
+
     async def __call__(self, receive: Any, send: Any) -> None:
         t0 = time.perf_counter()
-        seen = [0, 0]  # status, body bytes
-
-        async def counting_send(message: Any) -> None:
-            if message["type"] == "http.response.body":
-                seen[1] += len(message.get("body", b""))
-            elif message["type"] == "http.response.start":
-                seen[0] = message["status"]
-            await send(message)
-
+        self._send = send
         stack = Cleanup()
         scope: Any = self.scope
         scope["gateway.cleanup"] = stack
@@ -106,7 +102,20 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
         app.inflight_requests += 1
         app.requests_started += 1
         try:
-            await self._serve(receive, counting_send)
+            # quart-trio's ``__call__`` with the request handled in this task (it started
+            # one task for the messages and one for the request, and waited for both):
+            # the body of a nursery is inside its cancel scope, so a disconnect seen by
+            # the message task still cancels the request, and the request's end the
+            # messages. A lean route is served without quart's request and response.
+            lean = getattr(app, "lean_routes", None)
+            serve = lean.get((scope["method"], scope["path"])) if lean else None
+            if serve is not None:
+                await serve(self, receive, self._counting_send, scope.get(WRITES_KEY))
+            else:
+                request = self._create_request_from_scope(self._counting_send)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self.handle_messages, nursery, request, receive)
+                    await self.handle_request(nursery, request, self._counting_send)
         finally:
             app.inflight_requests -= 1
             if app.inflight_requests == 0 and app.no_requests is not None:
@@ -114,23 +123,16 @@ class GatewayHTTPConnection(TrioASGIHTTPConnection):
             if stack and not stack.close_nowait():
                 with trio.CancelScope(deadline=trio.current_time() + 5, shield=True):
                     await stack.aclose()
-            self._finished(scope, seen[0], seen[1], time.perf_counter() - t0)
+            self._finished(scope, self.status_sent, self.bytes_sent, time.perf_counter() - t0)
 
-    async def _serve(self, receive: Any, send: Any) -> None:
-        """quart-trio's ``__call__`` with the request handled in this task (it started
-        one task for the messages and one for the request, and waited for both): the
-        body of a nursery is inside its cancel scope, so a disconnect seen by the
-        message task still cancels the request, and the request's end the messages."""
-        scope: Any = self.scope
-        lean = getattr(self.app, "lean_routes", None)
-        serve = lean.get((scope["method"], scope["path"])) if lean else None
-        if serve is not None:
-            await serve(self, receive, send, scope.get(WRITES_KEY))
-            return
-        request = self._create_request_from_scope(send)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.handle_messages, nursery, request, receive)
-            await self.handle_request(nursery, request, send)
+    async def _counting_send(self, message: Any) -> None:
+        """The server's ``send``, counting what the access log and metrics report (a
+        method, not a closure: an open stream holds it)."""
+        if message["type"] == "http.response.body":
+            self.bytes_sent += len(message.get("body", b""))
+        elif message["type"] == "http.response.start":
+            self.status_sent = message["status"]
+        await self._send(message)
 
     async def _send_response(self, send: Any, response: Any) -> None:
         body = getattr(response, "response", None)

@@ -198,7 +198,8 @@ class ChatEncoder:
         #: the content emitted per choice, kept only with ``keep_text`` (a session's answer)
         self.content: dict[int, TextLog] | None = {} if keep_text else None
         self._held: list[Finish | Usage] = []
-        self._seen: set[int] = set()
+        #: the choices seen (a list: one or two, and an open stream holds it)
+        self._seen: list[int] = []
         self._prefix: bytes | None = None
 
     # -- the stream ---------------------------------------------------------------
@@ -266,11 +267,15 @@ class ChatEncoder:
 
     def _note(self, ev: Event) -> None:
         if type(ev) is Text:
-            self._seen.add(ev.choice)
+            self._saw(ev.choice)
             if ev.channel == "content" and self.content is not None:
                 self.content.setdefault(ev.choice, TextLog()).append(ev.text)
         elif type(ev) is Role or type(ev) is ToolCall:
-            self._seen.add(ev.choice)
+            self._saw(ev.choice)
+
+    def _saw(self, choice: int) -> None:
+        if choice not in self._seen:
+            self._seen.append(choice)
 
     @staticmethod
     def _flush(chunk: _Chunk | None, parts: list[bytes]) -> None:
@@ -298,7 +303,7 @@ class ChatEncoder:
                 body = _JSON.encode(text).encode("utf-8", UNPAIRED)
                 parts.append(self._prefix + body + _FAST_TAIL)
         if parts:
-            self._seen.add(0)
+            self._saw(0)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     # -- the end ---------------------------------------------------------------------
@@ -308,7 +313,7 @@ class ChatEncoder:
         head = self.encode(events)
         finishes = {e.choice: e.reason for e in self._held if type(e) is Finish}
         usage = [e.usage for e in self._held if type(e) is Usage]
-        for idx in sorted(self._seen or {0}):
+        for idx in sorted(self._seen or [0]):
             finishes.setdefault(idx, "stop")
         chunks = [self._finish_chunk(finishes)]
         if usage and self.usage_on_finish:
@@ -325,7 +330,7 @@ class ChatEncoder:
         for ev in text:
             self._note(ev)
         finishes = {e.choice: e.reason for e in self._held if type(e) is Finish}
-        reasons = {idx: finishes.get(idx, "error") for idx in sorted(self._seen | {0})}
+        reasons = {idx: finishes.get(idx, "error") for idx in sorted({*self._seen, 0})}
         final = self._finish_chunk(reasons)
         for ev in text:  # what was held goes out in the final chunk (file names only)
             delta = final["choices"][sorted(reasons).index(ev.choice)]["delta"]

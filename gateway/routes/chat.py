@@ -70,4 +70,6 @@ async def chat_reply(st: GatewayState, req: Incoming) -> Reply:
         await remember("completed")
         return JSONReply(out)
     resp = await open_upstream(st, ubody, pid, req)
-    return StreamReply(pipeline_body(st, ROUTE, resp, pipeline, front, on_outcome=remember))
+    # (nothing to remember without a session: no callback kept for the stream's length)
+    on_outcome = remember if stored is not None else None
+    return StreamReply(pipeline_body(st, ROUTE, resp, pipeline, front, on_outcome=on_outcome))

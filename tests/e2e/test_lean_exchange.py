@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
+import h11
 import pytest
 import trio
 
@@ -340,3 +341,28 @@ async def test_the_app_is_called_directly_unless_wrapped(nursery: trio.Nursery) 
     assert wpolicy.lean == 2 and seen == ["/echo", "/health"]
     assert all(r.headers.get("x-mw") == "1" for r in out.responses)
     assert [r.body for r in out.responses] == [r.body for r in plain.responses]
+
+
+async def test_lean_requests_make_no_h11_connection(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests on the lean path never make h11's connection (nor hypercorn's
+    ``can_read``): made per connection, an open stream held them for nothing. The
+    first request that takes h11's way makes it, on the same connection."""
+    made: list[object] = []
+    real = h11.Connection
+
+    class Counted(real):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            made.append(self)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(h11, "Connection", Counted)
+    port, policy, _ = await _serve(nursery, lean=True)
+    o = await _run(port, [CHAT + STREAM + _get("/health", "Connection: close")], {})
+    assert o.statuses == [200, 200, 200] and policy.lean == 3
+    assert made == []
+    o = await _run(port, [CHAT + _get("/other") + _get("/health", "Connection: close")], {})
+    # (the request after the quart route came with it: h11 holds it and answers it)
+    assert o.statuses == [200, 200, 200] and policy.lean == 4
+    assert len(made) == 1  # the quart route's connection

@@ -1,21 +1,27 @@
 """``GatewayTCPServer.__init__`` is hypercorn's without two per-connection objects:
 the send lock and the idle-timer task exist only once something uses them (TLS's own
-loop, a canned answer). A hypercorn whose ``TCPServer.__init__`` sets anything else is
-refused, as any other change to the internals the gateway overrides."""
+loop, a canned answer); ``GatewayH11Protocol.__init__`` likewise without h11's
+connection and the ``can_read`` event (made by the first request that takes h11's way).
+A hypercorn whose ``__init__`` sets anything else is refused, as any other change to
+the internals the gateway overrides."""
 
 from __future__ import annotations
 
 import contextlib
 from typing import Any
 
+import h11
 import pytest
 import trio
 import trio.testing
+from hypercorn.config import Config
+from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.tcp_server import TCPServer
-from hypercorn.trio.worker_context import TrioSingleTask
+from hypercorn.trio.worker_context import TrioSingleTask, WorkerContext
+from hypercorn.typing import ConnectionState
 
 from gateway import connections
-from gateway.connections import GatewayTCPServer
+from gateway.connections import GatewayH11Protocol, GatewayTCPServer
 
 
 def _server() -> GatewayTCPServer:
@@ -36,6 +42,41 @@ def test_every_attribute_hypercorn_sets_is_set_or_made() -> None:
     for name in connections._init_attributes(TCPServer):
         assert getattr(server, name) is not None, name
     assert connections._init_attributes(TCPServer) == connections._TCPSERVER_ATTRIBUTES
+
+
+def _protocol(cls: type[Any] = GatewayH11Protocol) -> Any:
+    args: Any = (object(), Config(), WorkerContext(None), object(), ConnectionState({}))
+    return cls(*args, False, None, None, object())
+
+
+def test_the_h11_connection_and_can_read_are_made_on_first_use_only() -> None:
+    """A connection whose requests all take the lean path never makes h11's connection
+    or hypercorn's ``can_read`` event; before they are made the protocol reads as a
+    fresh one (awaiting a head, no body, no answer, nothing trailing)."""
+    proto = _protocol()
+    assert "connection" not in vars(proto) and "can_read" not in vars(proto)
+    assert proto.awaiting_head and not proto.receiving_body and not proto.response_started
+    assert proto.trailing == b""
+    proto.wake_reader()  # nothing to wake: nothing made
+    assert proto.stop_reading and "can_read" not in vars(proto)
+    fresh = _protocol(H11Protocol)
+    for name in connections._init_attributes(H11Protocol):  # every one hypercorn sets
+        assert type(getattr(proto, name)) is type(getattr(fresh, name)), name
+    assert connections._init_attributes(H11Protocol) == connections._H11PROTOCOL_ATTRIBUTES
+    conn = proto.connection
+    assert proto.connection is conn and conn.our_state is h11.IDLE  # made once
+    conn.receive_data(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n")
+    assert proto.trailing.startswith(b"GET /")
+    event = proto.can_read
+    proto.wake_reader()
+    assert proto.can_read is event and event._event.is_set()
+
+
+def test_a_hypercorn_that_sets_other_protocol_attributes_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(connections, "_H11PROTOCOL_ATTRIBUTES", frozenset({"app"}))
+    assert "H11Protocol.__init__" in connections._unknown_hypercorn(TCPServer)
 
 
 def test_an_init_that_sets_more_is_seen() -> None:
