@@ -7,16 +7,43 @@ only ever speaks plain HTTP (the usual upstream, a local Open WebUI). :func:`ver
 is the same trust, loaded on the first TLS connection instead: until then it holds
 nothing. What it verifies is what httpx's default verifies: ``SSL_CERT_FILE``, else
 ``SSL_CERT_DIR``, else certifi's bundle; the same hostname check and ``SSLKEYLOGFILE``.
+
+A trust source that cannot be loaded (a missing ``SSL_CERT_FILE``, a file that holds no
+certificate) leaves the context trusting nothing: every TLS connection fails its
+certificate check inside the handshake (the client's usual connect error, its socket
+closed by the client; clients are told the server could not be reached, the file's path
+being the host's), the cause is logged once with the source named, and the next
+connection tries to load it again, so a fixed file needs no restart. :func:`trust_problem`
+says it at start-up when a configured URL is ``https://`` (``gateway run``, ``gateway
+proxy`` and ``gateway config check`` warn).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 import sys
 from typing import Any
 
-__all__ = ["LazyTrustContext", "verify_context"]
+__all__ = ["LazyTrustContext", "trust_problem", "verify_context"]
+
+log = logging.getLogger("gateway.trust")
+_logged: set[str] = set()  # the causes logged already (one line each per process)
+
+
+def _trust_source() -> tuple[str, str | None, str | None]:
+    """(a description, cafile, capath) of what httpx's default would trust."""
+    cafile = os.environ.get("SSL_CERT_FILE")
+    if cafile:
+        return f"SSL_CERT_FILE={cafile}", cafile, None
+    capath = os.environ.get("SSL_CERT_DIR")
+    if capath:
+        return f"SSL_CERT_DIR={capath}", None, capath
+    import certifi  # httpx's own dependency
+
+    where = certifi.where()
+    return f"certifi's bundle ({where})", where, None
 
 
 class LazyTrustContext(ssl.SSLContext):
@@ -26,18 +53,22 @@ class LazyTrustContext(ssl.SSLContext):
 
     _trust_loaded = False
 
-    def load_trust(self) -> None:
-        """Load the trusted certificates now (once), as httpx's default does."""
+    def load_trust(self) -> bool:
+        """Load the trusted certificates now (once), as httpx's default does; False
+        when they cannot be (logged once per cause; the context trusts nothing yet)."""
         if self._trust_loaded:
-            return
-        cafile = os.environ.get("SSL_CERT_FILE")
-        capath = None if cafile else os.environ.get("SSL_CERT_DIR")
-        if not cafile and not capath:
-            import certifi  # httpx's own dependency
-
-            cafile = certifi.where()
-        self.load_verify_locations(cafile=cafile, capath=capath)
+            return True
+        what, cafile, capath = _trust_source()
+        try:
+            self.load_verify_locations(cafile=cafile, capath=capath)
+        except (OSError, ssl.SSLError) as exc:
+            message = f"the TLS trust could not be loaded from {what}: {exc}"
+            if message not in _logged:
+                _logged.add(message)
+                log.error("%s; every TLS connection fails until it can be", message)
+            return False
         self._trust_loaded = True
+        return True
 
     def wrap_bio(self, *args: Any, **kwargs: Any) -> ssl.SSLObject:
         self.load_trust()
@@ -55,3 +86,14 @@ def verify_context() -> LazyTrustContext:
     if keylog:  # as ssl.create_default_context
         ctx.keylog_filename = keylog
     return ctx
+
+
+def trust_problem() -> str | None:
+    """Why TLS connections would fail to verify (the trust source cannot be loaded), or
+    None. Loads it into a context thrown away at once."""
+    what, cafile, capath = _trust_source()
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile, capath)
+    except (OSError, ssl.SSLError) as exc:
+        return f"the TLS trust cannot be loaded from {what} ({exc})"
+    return None

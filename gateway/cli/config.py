@@ -27,6 +27,7 @@ from gateway.config import (
 )
 from gateway.errors import ConfigError
 from gateway.schema import render_example, render_values
+from gateway.trust import trust_problem
 
 __all__ = ["config_warnings", "effective_text", "example_text", "register", "startup_warnings"]
 
@@ -86,6 +87,18 @@ def startup_warnings(cfg: Config, role: str) -> list[str]:
             "proxy.client_keys is empty: the runs proxy will refuse every request "
             "(add the key Open WebUI sends)"
         )
+    tls = [
+        key
+        for key, url in (
+            ("upstream.base_url", cfg.upstream.base_url if role == "api" else ""),
+            ("proxy.gateway_url", cfg.proxy.gateway_url if role == "proxy" else ""),
+            ("proxy.openwebui_url", cfg.proxy.openwebui_url),
+        )
+        if url.lower().startswith("https://")
+    ]
+    problem = trust_problem() if tls else None
+    if problem:
+        out.append(f"{problem}: every request to {' and '.join(tls)} will fail")
     if role == "proxy" and not cfg.proxy.gateway_key:
         out.append(
             "proxy.gateway_key is empty: the gateway will refuse every run the proxy starts "

@@ -13,8 +13,8 @@ import httpx
 import pytest
 import trio
 
-from gateway.trust import verify_context
-from gateway.upstream import new_client
+from gateway.trust import trust_problem, verify_context
+from gateway.upstream import new_client, translate
 
 TLS = Path(__file__).parent.parent / "data" / "tls"
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
@@ -132,3 +132,54 @@ async def test_the_hostname_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
         finally:
             await client.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_trust_file_that_cannot_be_loaded_is_said_once_and_retried(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A missing ``SSL_CERT_FILE`` fails each TLS connection's certificate check (the
+    usual connect error, its socket closed; clients read no host path), one log line
+    names the file, and once the file is there the next connection works, no restart."""
+    cafile = tmp_path / "ca.pem"
+    _trust_only(monkeypatch, cafile)  # not there yet
+    async with trio.open_nursery() as nursery:
+        port = await _serve_tls(nursery)
+        client = new_client(connect_timeout=5)
+        try:
+            for _ in range(3):
+                with pytest.raises(httpx.ConnectError) as err:
+                    await client.get(f"https://localhost:{port}/")
+                assert _verify_failure(err.value)
+                public = translate(err.value)
+                assert public.code == "upstream_unreachable"
+                assert str(tmp_path) not in public.message
+            lines = [r.getMessage() for r in caplog.records if r.name == "gateway.trust"]
+            assert len(lines) == 1 and f"SSL_CERT_FILE={cafile}" in lines[0]
+            cafile.write_bytes((TLS / "ca.pem").read_bytes())
+            resp = await client.get(f"https://localhost:{port}/")
+            assert (resp.status_code, resp.text) == (200, "ok")
+        finally:
+            await client.aclose()
+        nursery.cancel_scope.cancel()
+
+
+def test_start_up_warns_when_an_https_url_cannot_be_verified(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from gateway.cli.config import startup_warnings
+    from tests.conftest import make_config
+
+    empty = tmp_path / "empty.pem"
+    empty.write_text("no certificate here\n")
+    https = make_config(tmp_path, "https://models.example/v1")
+    plain = make_config(tmp_path, "http://127.0.0.1:9/v1")
+    for cafile in (tmp_path / "missing.pem", empty):
+        _trust_only(monkeypatch, cafile)
+        assert trust_problem() is not None
+        warned = [w for w in startup_warnings(https, "api") if "TLS trust" in w]
+        assert len(warned) == 1 and str(cafile) in warned[0]
+        assert "upstream.base_url" in warned[0]
+        assert not [w for w in startup_warnings(plain, "api") if "TLS trust" in w]
+    _trust_only(monkeypatch, TLS / "ca.pem")
+    assert trust_problem() is None
+    assert not [w for w in startup_warnings(https, "api") if "TLS trust" in w]
