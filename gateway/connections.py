@@ -879,6 +879,8 @@ class GatewayTCPServer(TCPServer):
                     data = rest
                 elif self._exchange is not None:
                     await self._lean_eof(proto, self._exchange)
+            if not data and proto._h11_made is None:
+                break  # the client's EOF, h11 never used: it would only read the end
             if data and self._head_started is None and proto.awaiting_head:
                 self._head_started = trio.current_time()
             try:

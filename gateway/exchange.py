@@ -24,6 +24,7 @@ than :data:`DISCARD_LIMIT` (a smaller one is read and dropped first).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -176,7 +177,7 @@ class LeanExchange:
             more = self.body_left > 0
             message = {"type": "http.request", "body": first, "more_body": more}
             self.queue.send_nowait(message)
-            self.scope[RELEASE_KEY] = lambda: message.update(body=b"")
+            self.scope[RELEASE_KEY] = functools.partial(message.__setitem__, "body", b"")
 
     # -- the reader's side
 

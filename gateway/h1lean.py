@@ -42,6 +42,35 @@ _HEADER_LINE = re.compile(
 _STATUS_LINE = re.compile(rb"HTTP/1\.1 ([0-9]{3})(?: (?:[ \t]|[^\x00\s])*)?")
 #: header fields that the lean path leaves to h11 (framing, upgrades, expectations)
 _NOT_LEAN = frozenset((b"transfer-encoding", b"expect", b"upgrade", b"te", b"trailer"))
+_COMMON_NAMES = (
+    b"accept",
+    b"accept-encoding",
+    b"accept-language",
+    b"authorization",
+    b"cache-control",
+    b"connection",
+    b"content-length",
+    b"content-type",
+    b"cookie",
+    b"date",
+    b"host",
+    b"keep-alive",
+    b"origin",
+    b"referer",
+    b"server",
+    b"transfer-encoding",
+    b"user-agent",
+    b"x-accel-buffering",
+    b"x-request-id",
+)
+#: a common field name, as clients and servers spell it -> its lower case, one object
+#: for every request (an open stream holds its head's fields: one bytes object less per
+#: field); a fixed table, so that no client can grow it
+_LOWER = {
+    spelling: name
+    for name in _COMMON_NAMES
+    for spelling in (name, name.title(), name.upper(), name.capitalize())
+}
 #: h11 refuses a Content-Length of more digits (CONTENT_LENGTH_MAX_DIGITS)
 _MAX_LENGTH_DIGITS = 18
 _END = b"\r\n\r\n"
@@ -108,7 +137,8 @@ def _header_fields(lines: list[bytes]) -> list[tuple[bytes, bytes]] | None:
         m = match(line)
         if m is None:
             return None
-        name = m[1].lower()
+        raw = m[1]
+        name = _LOWER.get(raw) or raw.lower()
         if name in _NOT_LEAN:
             return None
         headers.append((name, m[2]))
@@ -205,7 +235,8 @@ def parse_response_head(data: bytes, max_size: int) -> ResponseHead | None:
         f = match(line)
         if f is None:
             return None
-        name = f[1].lower()
+        raw = f[1]
+        name = _LOWER.get(raw) or raw.lower()
         value = f[2]
         if name == b"content-length":
             if length >= 0 or not value.isdigit() or len(value) > _MAX_LENGTH_DIGITS:

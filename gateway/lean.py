@@ -247,7 +247,9 @@ async def serve_lean(
     with trio.CancelScope() as cancel:  # cancelled when the client leaves after its body
         if gone is not None:  # the gateway's connections: a callback, no task
             try:
-                req = LeanRequest(scope, receive, *limits, lambda: gone.on(cancel.cancel))
+                req = LeanRequest(
+                    scope, receive, *limits, functools.partial(gone.on, cancel.cancel)
+                )
                 await _answer(conn, handler, req, send, writes)
             finally:
                 gone.on(None)

@@ -302,7 +302,7 @@ def _tool_id(value: object) -> str | None:
     )
 
 
-@dataclass
+@dataclass(slots=True)
 class _Choice:
     channels: dict[str, StreamRewriter] = field(default_factory=dict)
     tools: dict[int, StreamRewriter] = field(default_factory=dict)

@@ -7,6 +7,7 @@ seen that way, :func:`to_response` turns its :data:`gateway.lean.Reply` into qua
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -87,7 +88,10 @@ async def open_upstream(
     st.metrics.first_byte.observe(time.perf_counter() - t0)
     scope: Any = req.scope if req is not None else request.scope
     stack: Cleanup = scope["gateway.cleanup"]
-    stack.push_async_callback(close_quietly, resp, done=lambda: resp.is_closed)
+    # (partials, not lambdas: an open stream holds them)
+    stack.push_async_callback(
+        close_quietly, resp, done=functools.partial(getattr, resp, "is_closed")
+    )
     return resp
 
 
@@ -133,4 +137,4 @@ def pipeline_body(
     opts = st.relay_options(on_held=on_held, on_outcome=on_outcome)
     source = SSESource.from_response(resp, max_event_bytes=st.config.limits.max_event_bytes)
     relay: Relay[Any, Any, bytes] = Relay(source, pipeline, front, opts)
-    return relay_body(st, route, relay, on_close=lambda: st.count_rewrites(pipeline))
+    return relay_body(st, route, relay, on_close=functools.partial(st.count_rewrites, pipeline))

@@ -364,3 +364,23 @@ def test_answers_are_framed_as_h11_frames_them(
 def test_a_header_that_would_split_the_answer_is_never_sent(header: tuple[bytes, bytes]) -> None:
     with pytest.raises(ValueError, match="cannot be sent"):
         response_head(200, [header, *DATE], close=False)
+
+
+def test_common_field_names_are_one_object_for_every_request() -> None:
+    """A common field name, in the spellings clients use, is read as the same
+    lower-case object every time (an open stream holds its head's fields); any other
+    name is lower-cased as h11 lower-cases it."""
+    routes = {(b"POST", b"/v1/chat/completions")}
+    heads = [
+        b"POST /v1/chat/completions HTTP/1.1\r\n" + fields + b"Content-Length: 2\r\n\r\n{}"
+        for fields in (
+            b"Host: a\r\nContent-Type: application/json\r\nX-Custom-Thing: 1\r\n",
+            b"HOST: a\r\ncontent-type: application/json\r\nx-CUSTOM-thing: 1\r\n",
+        )
+    ]
+    first, second = (parse_head(h, routes, 16384) for h in heads)
+    assert first is not None and second is not None
+    names = [[name for name, _ in head.headers] for head in (first, second)]
+    assert names[0] == names[1] == [b"host", b"content-type", b"x-custom-thing", b"content-length"]
+    for a, b in zip(*names, strict=True):
+        assert (a is b) == (a != b"x-custom-thing")
