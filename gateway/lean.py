@@ -96,6 +96,9 @@ class Incoming:
         """The request's JSON object body (``RequestError`` when it is not one)."""
         raise NotImplementedError
 
+    def release(self) -> None:
+        """The handler is done with the request's body (nothing to do by default)."""
+
 
 class ScopeHeaders:
     """Case-insensitive ``get``/``getlist`` over ASGI headers (latin-1, as werkzeug's);

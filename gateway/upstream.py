@@ -428,13 +428,23 @@ class Upstream:
             status=504,
         )
 
-    async def open_chat_stream(self, body: dict[str, Any], principal_id: str) -> StreamResponse:
-        """Start a streaming chat completion; the caller must ``aclose()`` the response.
+    def chat_content(self, body: dict[str, Any]) -> bytes:
+        """A streaming request's body as :meth:`open_chat_stream` sends it: a caller that
+        encodes it first can let the parsed request go before the upstream answers (a
+        conversation can be megabytes of objects, its first byte take seconds)."""
+        return _json_bytes(self._body(body))
+
+    async def open_chat_stream(
+        self, body: dict[str, Any] | bytes, principal_id: str
+    ) -> StreamResponse:
+        """Start a streaming chat completion (``body``: the request, or its
+        :meth:`chat_content`); the caller must ``aclose()`` the response.
 
         Anything but ``200 text/event-stream`` is read (bounded), closed and raised as an
         :class:`UpstreamHTTPError` before anything is streamed to the client.
         """
-        content = _json_bytes(self._body(body))
+        content = body if isinstance(body, bytes) else self.chat_content(body)
+        del body  # (not held while the upstream thinks)
         resp: StreamResponse
         if self._lean is not None and _safe_value(principal_id):
             resp = await self._lean_post(content, principal_id)

@@ -76,7 +76,7 @@ async def body() -> dict[str, Any]:
 
 
 async def open_upstream(
-    st: GatewayState, ubody: dict[str, Any], pid: str, req: Incoming | None = None
+    st: GatewayState, ubody: dict[str, Any] | bytes, pid: str, req: Incoming | None = None
 ) -> StreamResponse:
     """Open the upstream stream (closed with the request, whatever happens)."""
     t0 = time.perf_counter()

@@ -69,7 +69,13 @@ async def chat_reply(st: GatewayState, req: Incoming) -> Reply:
         st.count_rewrites(pipeline)
         await remember("completed")
         return JSONReply(out)
-    resp = await open_upstream(st, ubody, pid, req)
+    # the parsed request is let go while the upstream thinks (a conversation can be
+    # megabytes of objects, and 500 requests waiting for their first byte held them
+    # all): only its encoded bytes are kept, until sent
+    content = st.upstream.chat_content(ubody)
+    del b, messages, history, ubody
+    req.release()
+    resp = await open_upstream(st, content, pid, req)
     # (nothing to remember without a session: no callback kept for the stream's length)
     on_outcome = remember if stored is not None else None
     return StreamReply(pipeline_body(st, ROUTE, resp, pipeline, front, on_outcome=on_outcome))

@@ -9,11 +9,13 @@ Removing any one of the releases makes a case fail."""
 from __future__ import annotations
 
 import tracemalloc
+from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
-from tests.conftest import ALICE_KEY, Gateway, Upstream
+from tests.conftest import ALICE_KEY, Gateway, Upstream, make_config, start_gateway
 
 # the user's message: 2 MiB of text (read in many pieces; the body limit is 4 MiB), or
 # 48 KiB (usually whole in the connection's first read, with the head)
@@ -98,3 +100,73 @@ async def test_a_waiting_stream_keeps_no_caught_exception_alive(
             got += chunk
     assert got.rstrip().endswith(b"data: [DONE]")
     assert alive == []
+
+
+async def _slow_head_upstream(
+    nursery: trio.Nursery, answer: trio.Event, task_status: Any = trio.TASK_STATUS_IGNORED
+) -> None:
+    """An upstream that reads a whole request, then answers only once ``answer`` is set
+    (its first byte "takes seconds", as a model's may)."""
+
+    async def serve(stream: trio.SocketStream) -> None:
+        async with stream:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += await stream.receive_some(1 << 16)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            while len(body) < length:
+                body += await stream.receive_some(1 << 16)
+            del data, body
+            await answer.wait()
+            event = b'data: {"choices":[{"index":0,"delta":{"content":"ok"}}]}\n\n'
+            sse = event + b"data: [DONE]\n\n"
+            await stream.send_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(sse), sse)
+            )
+
+    listeners = await nursery.start(trio.serve_tcp, serve, 0)
+    task_status.started(listeners[0].socket.getsockname()[1])
+
+
+async def test_the_parsed_request_is_not_held_while_the_upstream_thinks(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """While the upstream's first byte is awaited (seconds, for a model; 500 requests
+    waiting held all their conversations), the gateway holds the request's encoded bytes
+    only: the raw body and the parsed conversation are let go. Two large objects stay,
+    the encoded body and the request's bytes, kept for a retry on a fresh connection."""
+    answer = trio.Event()
+    port = await nursery.start(_slow_head_upstream, nursery, answer)
+    gw = await start_gateway(nursery, make_config(tmp_path, f"http://127.0.0.1:{port}/v1"))
+    size = 1024 * 1024
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "x" * size}]}
+    tracemalloc.start(30)
+    try:
+        async with gw.client(ALICE_KEY) as client, trio.open_nursery() as inner:
+
+            async def ask() -> None:
+                async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
+                    assert resp.status_code == 200
+                    assert (await resp.aread()).rstrip().endswith(b"data: [DONE]")
+
+            inner.start_soon(ask)
+            await trio.sleep(1.0)  # sent, and waiting for the upstream's head
+            large = _alive_in_the_gateway(size // 2)
+            answer.set()
+    finally:
+        tracemalloc.stop()
+    assert len(large) <= 2, large
+
+
+def _alive_in_the_gateway(at_least: int) -> list[int]:
+    """The sizes of the live allocations of at least ``at_least`` bytes made while the
+    gateway served."""
+    snap = tracemalloc.take_snapshot()
+    serving = ("gateway/exchange.py", "gateway/connections.py")
+    return sorted(
+        t.size
+        for t in snap.traces
+        if t.size >= at_least and any(f.filename.endswith(serving) for f in t.traceback)
+    )
