@@ -60,6 +60,8 @@ class LazyTrustContext(ssl.SSLContext):
             return True
         what, cafile, capath = _trust_source()
         try:
+            if capath is not None and not os.path.isdir(capath):  # (ssl takes it silently)
+                raise NotADirectoryError(f"not a folder: {capath}")
             self.load_verify_locations(cafile=cafile, capath=capath)
         except (OSError, ssl.SSLError) as exc:
             message = f"the TLS trust could not be loaded from {what}: {exc}"
@@ -67,7 +69,7 @@ class LazyTrustContext(ssl.SSLContext):
                 _logged.add(message)
                 log.error("%s; every TLS connection fails until it can be", message)
             return False
-        self._trust_loaded = True
+        self._trust_loaded = True  # (loaded once: a file changed later takes a restart)
         return True
 
     def wrap_bio(self, *args: Any, **kwargs: Any) -> ssl.SSLObject:
@@ -93,6 +95,8 @@ def trust_problem() -> str | None:
     None. Loads it into a context thrown away at once."""
     what, cafile, capath = _trust_source()
     try:
+        if capath is not None and not os.path.isdir(capath):
+            raise NotADirectoryError(f"not a folder: {capath}")
         ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile, capath)
     except (OSError, ssl.SSLError) as exc:
         return f"the TLS trust cannot be loaded from {what} ({exc})"

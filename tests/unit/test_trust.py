@@ -180,6 +180,10 @@ def test_start_up_warns_when_an_https_url_cannot_be_verified(
         assert len(warned) == 1 and str(cafile) in warned[0]
         assert "upstream.base_url" in warned[0]
         assert not [w for w in startup_warnings(plain, "api") if "TLS trust" in w]
+    _trust_only(monkeypatch, None)
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path / "no-such-folder"))
+    warned = [w for w in startup_warnings(https, "api") if "TLS trust" in w]
+    assert len(warned) == 1 and "SSL_CERT_DIR" in warned[0]
     _trust_only(monkeypatch, TLS / "ca.pem")
     assert trust_problem() is None
     assert not [w for w in startup_warnings(https, "api") if "TLS trust" in w]
