@@ -46,6 +46,21 @@ def _trust_source() -> tuple[str, str | None, str | None]:
     return f"certifi's bundle ({where})", where, None
 
 
+class _LoadFailed(Exception):
+    """(what, the error): the trust source could not be loaded."""
+
+
+def _load_trust_into(ctx: ssl.SSLContext) -> None:
+    """Load what httpx's default trusts into ``ctx`` (:class:`_LoadFailed` if it cannot)."""
+    what, cafile, capath = _trust_source()
+    try:
+        if capath is not None and not os.path.isdir(capath):  # (ssl takes it silently)
+            raise NotADirectoryError(f"not a folder: {capath}")
+        ctx.load_verify_locations(cafile=cafile, capath=capath)
+    except (OSError, ssl.SSLError) as exc:
+        raise _LoadFailed(what, exc) from exc
+
+
 class LazyTrustContext(ssl.SSLContext):
     """An :class:`ssl.SSLContext` for clients (``PROTOCOL_TLS_CLIENT``: certificates
     and hostnames checked) whose trusted certificates are loaded by the first
@@ -58,12 +73,10 @@ class LazyTrustContext(ssl.SSLContext):
         when they cannot be (logged once per cause; the context trusts nothing yet)."""
         if self._trust_loaded:
             return True
-        what, cafile, capath = _trust_source()
         try:
-            if capath is not None and not os.path.isdir(capath):  # (ssl takes it silently)
-                raise NotADirectoryError(f"not a folder: {capath}")
-            self.load_verify_locations(cafile=cafile, capath=capath)
-        except (OSError, ssl.SSLError) as exc:
+            _load_trust_into(self)
+        except _LoadFailed as failed:
+            what, exc = failed.args
             message = f"the TLS trust could not be loaded from {what}: {exc}"
             if message not in _logged:
                 _logged.add(message)
@@ -93,11 +106,9 @@ def verify_context() -> LazyTrustContext:
 def trust_problem() -> str | None:
     """Why TLS connections would fail to verify (the trust source cannot be loaded), or
     None. Loads it into a context thrown away at once."""
-    what, cafile, capath = _trust_source()
     try:
-        if capath is not None and not os.path.isdir(capath):
-            raise NotADirectoryError(f"not a folder: {capath}")
-        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile, capath)
-    except (OSError, ssl.SSLError) as exc:
+        _load_trust_into(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+    except _LoadFailed as failed:
+        what, exc = failed.args
         return f"the TLS trust cannot be loaded from {what} ({exc})"
     return None
