@@ -936,16 +936,19 @@ def markdown_link_target() -> Built:
         """
 Paths as markdown link targets (`](...)`, spaces allowed up to the `)`): a root file
 becomes the bare URL, so the model's own link keeps its text and now points at the
-download; a missing one becomes its name. A path as link text (`[...]`) becomes the
-name alone. An image target works the same way. A URL in angle brackets is not a
-path.
+download. A link whose target gets no link (a missing file) loses the link and keeps
+its text, with the file's name after it unless the text holds it: a relative link
+to the bare name would open the chat front's own origin (Open WebUI: an empty "New
+Chat" tab). A path as link text (`[...]`) becomes the name alone. An image target
+works the same way (its `!` has gone out before the `[`). A URL in angle brackets is
+not a path.
 """,
         {**ALICE, "files": {"root/out/report final.pdf": "%PDF-1.4 quarterly"}},
         {
             "text": (
                 "Download [the quarterly report](<link:root/out/report final.pdf>) or "
-                "[report.pdf](report.pdf). "
-                "Inline image: ![chart](chart.png). Bare: <https://example.com/home/x> stays."
+                "report.pdf. "
+                "Inline image: !chart (chart.png). Bare: <https://example.com/home/x> stays."
             ),
             "names_only": ["/Users/alice/Desktop/old/report.pdf", "C:\\Users\\bob\\out\\chart.png"],
             "never": ["/Users/alice", ".agent", "C:\\Users"],

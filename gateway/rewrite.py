@@ -30,6 +30,7 @@ import re
 from collections.abc import Callable, Iterable
 from urllib.parse import quote
 
+from gateway.mdlinks import LinkJoiner, LinkMatch, dead_link_text
 from gateway.paths import (
     DEFAULT_MAX_PATH_CHARS,
     Clear,
@@ -43,15 +44,19 @@ from gateway.paths import (
 )
 
 Resolver = Callable[[str], "str | None"]
-Piece = str | PathMatch
+#: what the rewriter emits: text, a path, or a markdown link to a path
+Piece = str | PathMatch | LinkMatch
 
 __all__ = [
+    "LinkMatch",
     "Piece",
     "Resolver",
     "StreamRewriter",
     "md_escape",
     "name_only",
+    "piece_paths",
     "render",
+    "render_piece",
     "rewrite",
     "scrub_identifier",
 ]
@@ -100,6 +105,37 @@ def render(match: PathMatch, url: str | None, *, json_text: bool = False) -> str
     return text + match.suffix if match.suffix else text
 
 
+def piece_paths(piece: Piece) -> list[PathMatch]:
+    """The paths in one piece that a resolver answers (overlong ones never get a link)."""
+    if isinstance(piece, str):
+        return []
+    if isinstance(piece, LinkMatch):
+        found = [p for p in piece.text if isinstance(p, PathMatch)] + [piece.target]
+        return [p for p in found if not p.overlong]
+    return [] if piece.overlong else [piece]
+
+
+def render_piece(
+    piece: Piece, url_of: Callable[[PathMatch], str | None], *, json_text: bool = False
+) -> str:
+    """The text of one piece, each of its paths' links asked of ``url_of`` (a path that
+    is overlong is never asked). A markdown link whose target gets no link loses the
+    link: its text stays (see :mod:`gateway.mdlinks`)."""
+    if isinstance(piece, str):
+        return piece
+    if isinstance(piece, PathMatch):
+        return render(piece, None if piece.overlong else url_of(piece), json_text=json_text)
+    text = "".join(render_piece(p, url_of, json_text=json_text) for p in piece.text)
+    target = piece.target
+    url = None if target.overlong else url_of(target)
+    if url is None:
+        name = render(target, None, json_text=json_text)
+        if not piece.closer and name.endswith(")"):
+            name = name[:-1]  # the path took the link's ")" (see mdlinks._read)
+        return dead_link_text(text, name)
+    return f"[{text}{piece.middle}{render(target, url, json_text=json_text)}{piece.closer}"
+
+
 class StreamRewriter:
     """Incremental rewriter: ``feed(text) -> str`` safe to emit now, ``flush() -> str``.
 
@@ -124,29 +160,38 @@ class StreamRewriter:
         self._skip: OverlongPath | None = None
         self._closed = False
         self.paths_seen = 0
+        #: markdown links around paths (not in JSON text: tool-call arguments)
+        self._links = None if json_text else LinkJoiner()
 
     @property
     def held_chars(self) -> int:
         """How many characters are held back right now."""
-        return len(self._held)
+        links = self._links
+        return len(self._held) + (links.held_chars if links is not None else 0)
 
     @property
     def holding(self) -> bool:
-        return bool(self._held) or self._skip is not None
+        return self.held_chars > 0 or self._skip is not None
 
     def feed_pieces(self, text: str) -> list[Piece]:
         """Like :meth:`feed` but paths come back unresolved."""
         if self._closed:
             raise RuntimeError("feed() after flush()")
-        return self._run(text, final=False)
+        return self._joined(self._run(text, final=False), False)
 
     def flush_pieces(self) -> list[Piece]:
         """End of the stream: everything held is decided and returned."""
         if self._closed:
             return []
-        out = self._run("", final=True)
+        out = self._joined(self._run("", final=True), True)
         self._closed = True
         return out
+
+    def _joined(self, pieces: list[Piece], final: bool) -> list[Piece]:
+        links = self._links
+        if links is None or (not final and not links.held_chars and _plain(pieces)):
+            return pieces  # the common case: no "[" anywhere
+        return links.feed(pieces, final)  # type: ignore[arg-type,return-value]
 
     def feed(self, text: str) -> str:
         """Feed text; return what is safe to emit now (paths already replaced)."""
@@ -157,12 +202,10 @@ class StreamRewriter:
         return self._join(self.flush_pieces())
 
     def _join(self, pieces: list[Piece]) -> str:
-        return "".join(
-            p
-            if isinstance(p, str)
-            else render(p, None if p.overlong else self._resolve(p.path), json_text=self.json_text)
-            for p in pieces
-        )
+        def url_of(p: PathMatch) -> str | None:
+            return self._resolve(p.path)
+
+        return "".join(render_piece(p, url_of, json_text=self.json_text) for p in pieces)
 
     def _run(self, text: str, final: bool) -> list[Piece]:
         out: list[Piece] = []
@@ -218,6 +261,11 @@ class StreamRewriter:
     def _keep(self, buf: str, at: int) -> None:
         self._held = buf[at:]
         self._hist = buf[max(0, at - self._detector.lookbehind) : at]
+
+
+def _plain(pieces: list[Piece]) -> bool:
+    """No piece is text with a "[" (nothing for the link joiner to hold)."""
+    return not any(type(p) is str and "[" in p for p in pieces)
 
 
 def rewrite(

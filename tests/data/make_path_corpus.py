@@ -161,14 +161,14 @@ c('"/Users/alice/Q3 report.pdf"', '"Q3 report.pdf"', ["/Users/alice/Q3 report.pd
 c("</tmp/angle file.txt>", "<angle file.txt>", ["/tmp/angle file.txt"])
 c(
     "[report](/Users/alice/out/report.pdf)",
-    "[report](report.pdf)",
+    "report (report.pdf)",
     ["/Users/alice/out/report.pdf"],
     "markdown link target",
 )
-c("[report](/tmp/a b.pdf)", "[report](a b.pdf)", ["/tmp/a b.pdf"])
+c("[report](/tmp/a b.pdf)", "report (a b.pdf)", ["/tmp/a b.pdf"])
 c(
     "[/tmp/x.pdf](/tmp/x.pdf)",
-    "[x.pdf](x.pdf)",
+    "x.pdf",
     ["/tmp/x.pdf", "/tmp/x.pdf"],
     "link text and target",
 )
@@ -459,7 +459,7 @@ c("/proc/self/root/data/x.bin", "x.bin", ["/data/x.bin"], "any path behind proc 
 c("/proc/42/cwd/secret/x.log", "x.log", ["/proc/42/cwd/secret/x.log"])
 c("open vscode://file/Users/alice/x.py:12 now", "open x.py now", ["/Users/alice/x.py"], "deep link")
 c("vscode-insiders://file/Users/alice/x.py:12:3.", "x.py.", ["/Users/alice/x.py"])
-c("[open](cursor://file/home/bob/main.rs)", "[open](main.rs)", ["/home/bob/main.rs"])
+c("[open](cursor://file/home/bob/main.rs)", "open (main.rs)", ["/home/bob/main.rs"])
 c("windsurf://file/c:/Users/bob/a.ts", "a.ts", ["C:" + W + "Users" + W + "bob" + W + "a.ts"])
 c(
     "myide://file/Users/alice/q.py",
@@ -1232,7 +1232,7 @@ c(
 )
 c(
     "[x](/Users/a/a\\(1\\)/p/e.txt)",
-    "[x](e.txt)",
+    "x (e.txt)",
     ["/Users/a/a(1)/p/e.txt"],
     "a backslash-escaped bracket in a markdown link target is the path's",
 )
