@@ -39,12 +39,14 @@ trusted.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import logging
 import mimetypes
 import os
 import re
 import stat
+import sys
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
@@ -55,8 +57,9 @@ from typing import Any
 import trio
 from quart.wrappers.response import ResponseBody
 
-from gateway.config import Config
-from gateway.errors import Gone, NotFound
+from gateway.agenthome import AgentHomes
+from gateway.config import PRINCIPAL_PLACEHOLDER, Config, principal_folder
+from gateway.errors import GatewayError, Gone, NotFound
 from gateway.signing import Signer, new_artifact_id
 from gateway.store import ArtifactRecord, Store
 
@@ -129,9 +132,7 @@ class ArtifactService:
         self.signer = signer
         self.clock = clock
         self.base_url = config.server.public_base_url.rstrip("/")
-        roots = tuple(os.path.realpath(r) for r in config.artifacts.roots)
-        #: each root and the prefix of the paths below it ("/" is its own prefix)
-        self._roots = tuple((r, r if r.endswith("/") else r + "/") for r in roots)
+        self._scopes = Scopes(config)
         self._mounts = tuple(
             (m.agent_prefix.replace("\\", "/").rstrip("/"), Path(os.path.realpath(m.host_dir)))
             for m in config.artifacts.mounts
@@ -140,6 +141,7 @@ class ArtifactService:
             config.artifacts.allow_hard_links if allow_hard_links is None else allow_hard_links
         )
         self._denied = DeniedNames(config.artifacts.denied)
+        self._homes = AgentHomes()
 
     # -- checks (blocking; run in worker threads) --------------------------------
 
@@ -170,55 +172,49 @@ class ArtifactService:
                 return prefix + ("/" + rest if rest else "")
         return host_path
 
-    def _below_root(self, p: str) -> tuple[str, ...] | None:
-        """The components of the normal absolute path ``p`` below the first root that
-        holds it (``()`` for the root itself), or None when no root holds it."""
-        if p.startswith("//"):  # POSIX leaves a leading "//" alone; pathlib reads it so
-            path = Path(p)
-            for root, _ in self._roots:
-                if path.is_relative_to(root):
-                    return path.relative_to(root).parts
-            return None
-        for root, prefix in self._roots:
-            if p == root:
-                return ()
-            if p.startswith(prefix):
-                return tuple(p[len(prefix) :].split("/"))
-        return None
+    def scope(self, owner: str) -> tuple[str, ...]:
+        """The folders ``owner``'s links may point into (resolved; see :class:`Scopes`)."""
+        return tuple(root for root, _ in self._scopes.of(owner))
 
-    def inspect(self, path: str) -> FileFacts | None:
-        """May ``path`` get a link? Returns the file's identity, or None (name only)."""
+    def inspect(self, path: str, owner: str) -> FileFacts | None:
+        """May ``path`` get a link of ``owner``'s? The file's identity, or None (its name
+        alone: missing, outside the owner's scope, denied, too big, hard-linked; the
+        same answer for each, so a link tells nothing about another's files)."""
         host = self.to_host_path(path)
         if host is None:
             return None
+        roots = self._scopes.of(owner)
         written = os.path.normpath(host)
         try:
             resolved = os.path.realpath(host, strict=True)
         except (OSError, RuntimeError, ValueError):  # ValueError: NUL or lone surrogate
-            log.debug("no link: missing or unresolvable")
+            log.debug("no link for %s: missing or unresolvable", _shown(host))
             return None
-        rel_resolved = self._below_root(resolved)
+        rel_resolved = below_root(resolved, roots)
         if rel_resolved is None:
-            log.debug("no link: outside the artifact roots")
+            log.debug("no link for %s: outside the requester's artifact roots", _shown(host))
             return None
-        rel_written = self._below_root(written)
+        rel_written = below_root(written, roots)
         if rel_written is None:
             rel_written = Path(written).parts
         if self._denied(rel_resolved) or self._denied(rel_written):
-            log.debug("no link: denied location")
+            log.debug("no link for %s: a denied location (artifacts.denied)", _shown(host))
+            return None
+        if self._homes.denied(resolved):
+            log.debug("no link for %s: an agent's own state (its home folder)", _shown(host))
             return None
         try:
             st = os.lstat(resolved)
         except OSError:
             return None
         if not stat.S_ISREG(st.st_mode):
-            log.debug("no link: not a regular file")
+            log.debug("no link for %s: not a regular file", _shown(host))
             return None
         if st.st_size > self.config.artifacts.max_bytes:
-            log.debug("no link: larger than artifacts.max_bytes")
+            log.debug("no link for %s: larger than artifacts.max_bytes", _shown(host))
             return None
         if st.st_nlink > 1 and not self.allow_hard_links:
-            log.debug("no link: the file has other hard links (artifacts.allow_hard_links)")
+            log.debug("no link for %s: other hard links (artifacts.allow_hard_links)", _shown(host))
             return None
         name = os.path.basename(resolved)
         ctype = mimetypes.guess_type(name)[0] or "application/octet-stream"
@@ -240,9 +236,10 @@ class ArtifactService:
         self.signer.refresh()  # the url() that follows signs with a current key
         return rec
 
-    def mint_all(self, recs: Sequence[ArtifactRecord]) -> None:
-        """Store :meth:`new_record`'s records in one transaction, all or none (blocking)."""
-        self.store.create_artifacts(recs)
+    def save(self, new: Sequence[ArtifactRecord], rebound: Sequence[ArtifactRecord]) -> None:
+        """Store :meth:`new_record`'s records and re-bound ones in one transaction, all
+        or none (blocking)."""
+        self.store.save_artifacts(new, rebound)
         self.signer.refresh()
 
     def new_record(self, facts: FileFacts, owner: str, mode: str) -> ArtifactRecord:
@@ -367,7 +364,10 @@ class ArtifactService:
                 and (rec.ctime_ns is None or st.st_ctime_ns == rec.ctime_ns)
                 and (st.st_nlink <= 1 or self.allow_hard_links)
             )
-            if not same or self._below_root(os.path.realpath(rec.path)) is None:
+            resolved = os.path.realpath(rec.path)
+            if not same or below_root(resolved, self._scopes.of(rec.owner)) is None:
+                raise changed
+            if self._homes.denied(resolved):
                 raise changed
             return fd
         except BaseException:
@@ -375,88 +375,317 @@ class ArtifactService:
             raise
 
 
+Roots = tuple[tuple[str, str], ...]  # (resolved root, the prefix of the paths below it)
+
+
+def _prefixed(roots: Iterable[str]) -> Roots:
+    """Each root with the prefix of the paths below it ("/" is its own prefix)."""
+    return tuple((r, r if r.endswith("/") else r + "/") for r in dict.fromkeys(roots))
+
+
+def below_root(p: str, roots: Roots) -> tuple[str, ...] | None:
+    """The components of the normal absolute path ``p`` below the first of ``roots``
+    that holds it (``()`` for the root itself), or None when none holds it."""
+    if p.startswith("//"):  # POSIX leaves a leading "//" alone; pathlib reads it so
+        path = Path(p)
+        for root, _ in roots:
+            if path.is_relative_to(root):
+                return path.relative_to(root).parts
+        return None
+    for root, prefix in roots:
+        if p == root:
+            return ()
+        if p.startswith(prefix):
+            return tuple(p[len(prefix) :].split("/"))
+    return None
+
+
+def _shown(host: str) -> str:
+    """A path in a debug line: its file name only (the folders are the user's)."""
+    return repr(os.path.basename(host.rstrip("/")) or "/")
+
+
+class Scopes:
+    """Which folders each principal's links may point into (``[artifacts]``).
+
+    A principal's scope is its ``[[artifacts.scopes]]`` roots if it has an entry, else
+    ``roots`` with ``{principal}`` standing for its own folder; ``shared_roots`` are in
+    every scope. Roots written by the operator are resolved once (symlinks included);
+    a principal's folder is not: it is the resolved part before the placeholder, then
+    the folder name and the rest as written, so a symlink there (the agent can make
+    one) never widens the scope — a file behind it resolves elsewhere and is outside.
+    """
+
+    CACHE = 4096
+
+    def __init__(self, config: Config) -> None:
+        arts = config.artifacts
+        self._shared = [os.path.realpath(r) for r in arts.shared_roots]
+        self._fixed = {s.principal: [os.path.realpath(r) for r in s.roots] for s in arts.scopes}
+        self._plain: list[str] = []
+        self._templates: list[tuple[str, str]] = []  # (resolved parent, the rest)
+        for root in arts.roots:
+            text = str(root)
+            if PRINCIPAL_PLACEHOLDER in text:
+                head, _, rest = text.partition(PRINCIPAL_PLACEHOLDER)
+                self._templates.append((os.path.realpath(head or "/"), rest.rstrip("/")))
+            else:
+                self._plain.append(os.path.realpath(text))
+        self._cache: dict[str, Roots] = {}
+
+    def of(self, owner: str) -> Roots:
+        """``owner``'s roots (resolved, each with its prefix)."""
+        got = self._cache.get(owner)
+        if got is None:
+            if len(self._cache) >= self.CACHE:
+                self._cache.clear()
+            got = self._cache[owner] = _prefixed([*self._own(owner), *self._shared])
+        return got
+
+    def _own(self, owner: str) -> list[str]:
+        fixed = self._fixed.get(owner)
+        if fixed is not None:
+            return fixed
+        folder = principal_folder(owner)
+        own = list(self._plain)
+        if folder is not None:
+            own += [os.path.join(parent, folder) + rest for parent, rest in self._templates]
+        return own
+
+
 class ResponseLinks:
-    """The link resolver of one response: same path → same link; builds the manifest."""
+    """The links of one answer, following its files' life until the answer ends.
+
+    Contract (the answer's text may name a path before the agent writes the file, and
+    the agent may rewrite a file after its link went out):
+
+    * **Every mention is checked again.** A path that is no servable file yet gets its
+      name now and is resolved afresh at its next mention ("not there yet" is never
+      final inside an answer). A path that has a link keeps that link (same path →
+      same link) and its record is re-bound to the file as it is at that mention.
+      Mentions resolved in one batch (:meth:`resolve_many`, one worker-thread hop)
+      share one check.
+    * **Files the agent reports** (:meth:`report`: the paths its tool events say it
+      writes) need no mention: :meth:`seal` links them when they are servable then.
+    * **Sealing.** When the answer ends, :meth:`seal` (once) binds every link of the
+      answer to its file as the answer leaves it, so the owner's click serves the
+      bytes the answer describes; a link whose path is no servable file then is dead
+      (410 ``artifact_changed``) and left out of the manifest. After sealing nothing
+      re-binds a link: a later change of the file answers 410, as always.
+
+    Every check is :meth:`ArtifactService.inspect` (the owner's roots, the denial
+    list, size, hard links), so a re-bound link can only ever point at a file a new
+    link could point at. Not safe for concurrent use (one pipeline awaits it).
+    """
 
     def __init__(self, service: ArtifactService, owner: str, mode: str) -> None:
         self._svc = service
         self._owner = owner
         self._mode = mode
-        self._by_path: dict[str, str | None] = {}
-        self._by_file: dict[str, ArtifactRecord] = {}
-        self._minted: list[ArtifactRecord] = []
+        #: agent path → the id of its link (the paths that have one)
+        self._by_path: dict[str, str] = {}
+        #: resolved host path → the id of the link bound to it (two spellings of one
+        #: file share a link)
+        self._by_file: dict[str, str] = {}
+        #: id → the link's latest record, in the order the links were made
+        self._links: dict[str, ArtifactRecord] = {}
+        #: paths the agent reported writing, in order (checked when sealing)
+        self._reported: dict[str, None] = {}
+        self._sealed = False
 
     @property
     def download_link_mode(self) -> str:
         return self._mode
 
     async def resolve(self, path: str) -> str | None:
-        if path in self._by_path:
-            return self._by_path[path]
-        url = await trio.to_thread.run_sync(self._resolve_sync, path)
-        self._by_path[path] = url
-        return url
+        """The link for ``path`` now (None: its name alone). Raises what the check of
+        ``path`` raised (an unreadable folder, the store being down)."""
+        answers = await trio.to_thread.run_sync(self._check_all, [path], True)
+        return answers[path]
 
-    async def resolve_many(self, paths: list[str]) -> None:
-        """Resolve the new ones of ``paths`` in one worker-thread hop (in order, stopping
-        at the first failure: that path is left for :meth:`resolve`, which raises it, and
-        none after it is minted, as if they had been resolved one by one)."""
-        todo = [p for p in dict.fromkeys(paths) if p not in self._by_path]
-        if not todo:
+    async def resolve_many(self, paths: list[str]) -> dict[str, str | None]:
+        """The links for ``paths`` now, checked in one worker-thread hop, in order and
+        stopping before the first that fails: that path and the rest are missing from
+        the answer (:meth:`resolve` then raises the failure in its place, as if they
+        were resolved one by one)."""
+        if not paths:
+            return {}
+        return await trio.to_thread.run_sync(self._check_all, paths, False)
+
+    def report(self, paths: Iterable[str]) -> None:
+        """Paths the agent says it writes: linked by :meth:`seal` if servable then."""
+        for path in paths:
+            if len(self._reported) >= MAX_REPORTED:
+                return
+            self._reported[path] = None
+
+    async def seal(self) -> None:
+        """Bind every link of the answer to its file as the answer leaves it, and link
+        the reported files (once: the answer's end). A failure leaves the links as they
+        were (logged): the answer itself is complete."""
+        if self._sealed:
             return
-        if len(todo) == 1:
-            await self.resolve(todo[0])
+        self._sealed = True
+        if not self._by_path and not self._reported:
             return
-        self._by_path.update(await trio.to_thread.run_sync(self._resolve_all, todo))
-
-    def _resolve_all(self, paths: list[str]) -> dict[str, str | None]:
-        """Inspect ``paths`` in order (stopping at the first that fails) and store the
-        new records in one transaction; if that fails, none of them is kept and the
-        answers end before the first path that needed one (its resolve() raises)."""
-        done: dict[str, ArtifactRecord | None] = {}
-        new: dict[str, ArtifactRecord] = {}  # file → record, not stored yet
-        first_new = len(paths)
-        for i, path in enumerate(paths):
-            try:
-                facts = self._svc.inspect(path)
-            except Exception:
-                break  # resolve() meets it again, in its place in the text
-            if facts is None:
-                done[path] = None
-                continue
-            rec = self._by_file.get(facts.path)
-            if rec is None:
-                rec = new.get(facts.path)
-            if rec is None:
-                rec = new[facts.path] = self._svc.new_record(facts, self._owner, self._mode)
-                first_new = min(first_new, i)
-            done[path] = rec
-        if new:
-            try:
-                self._svc.mint_all(list(new.values()))
-            except Exception:  # none stored: answer the paths before the first new one
-                done = {p: done[p] for p in paths[:first_new] if p in done}
-            else:
-                self._by_file.update(new)
-                self._minted.extend(new.values())
-        return {p: None if r is None else self._svc.url(r) for p, r in done.items()}
-
-    def _resolve_sync(self, path: str) -> str | None:
-        facts = self._svc.inspect(path)
-        if facts is None:
-            return None
-        rec = self._by_file.get(facts.path)
-        if rec is None:
-            rec = self._svc.mint(facts, self._owner, self._mode)
-            self._by_file[facts.path] = rec
-            self._minted.append(rec)
-        return self._svc.url(rec)
+        try:
+            await trio.to_thread.run_sync(self._seal_sync)
+        except GatewayError as exc:
+            log.warning("the links of an answer could not be sealed: %s", exc.message)
 
     def manifest(self) -> dict[str, Any]:
         return {
             "download_link_mode": self._mode,
-            "artifacts": [self._svc.describe(r) for r in self._minted],
+            "artifacts": [
+                self._svc.describe(r) for r in self._links.values() if r.size != GONE.size
+            ],
         }
+
+    # -- blocking parts (worker threads) ---------------------------------------------
+
+    def _inspect_all(self, paths: Iterable[str], strict: bool) -> dict[str, FileFacts | None]:
+        """Each path's facts, in order; a failing check ends them before it (raised
+        when ``strict``)."""
+        facts: dict[str, FileFacts | None] = {}
+        for path in paths:
+            if path in facts:
+                continue
+            try:
+                facts[path] = self._svc.inspect(path, self._owner)
+            except Exception:
+                if strict:
+                    raise
+                break
+        return facts
+
+    def _check_all(self, paths: list[str], strict: bool) -> dict[str, str | None]:
+        """Check ``paths`` and store what changed in one transaction. If the store
+        fails nothing is kept, and the answers end before the first path that needed a
+        write (raised when ``strict``: :meth:`resolve` meets the failure there)."""
+        facts = self._inspect_all(paths, strict)
+        plan = self._plan(facts)
+        try:
+            self._write(plan)
+        except Exception:
+            if strict:
+                raise
+            kept = list(facts)[: plan.first_write]
+            return {p: self._url(plan, p) for p in kept}
+        return {p: self._url(plan, p) for p in facts}
+
+    def _url(self, plan: _Plan, path: str) -> str | None:
+        rid = plan.records.get(path)
+        return None if rid is None else self._svc.url(plan.latest[rid])
+
+    def _plan(self, facts: dict[str, FileFacts | None]) -> _Plan:
+        """The links the checked ``facts`` need: a path keeps its link (re-bound when
+        its file changed), else shares the link of its file, else gets a new one."""
+        plan = _Plan()
+        for i, (path, f) in enumerate(facts.items()):
+            if f is None:
+                continue
+            rid = self._by_path.get(path) or plan.by_file.get(f.path)
+            if rid is None:
+                rid = self._by_file.get(f.path)
+            rec = None if rid is None else plan.latest.get(rid) or self._links[rid]
+            if rec is None:
+                rec = self._svc.new_record(f, self._owner, self._mode)
+                plan.new.add(rec.id)
+            elif _same_file(rec, f):
+                plan.latest.setdefault(rec.id, rec)
+                plan.by_file[f.path] = rec.id
+                plan.records[path] = rec.id
+                continue
+            else:
+                rec = _bound(rec, f)
+            plan.first_write = min(plan.first_write, i)
+            plan.latest[rec.id] = rec
+            plan.by_file[f.path] = rec.id
+            plan.records[path] = rec.id
+        return plan
+
+    def _write(self, plan: _Plan) -> None:
+        """Store the plan's new and changed records (one transaction), then keep them."""
+        new = [r for i, r in plan.latest.items() if i in plan.new]
+        rebound = [
+            r for i, r in plan.latest.items() if i not in plan.new and r != self._links.get(i)
+        ]
+        if new or rebound:
+            self._svc.save(new, rebound)
+        for rec in plan.latest.values():
+            old = self._links.get(rec.id)
+            if old is not None and old.path != rec.path and self._by_file.get(old.path) == rec.id:
+                del self._by_file[old.path]
+            self._by_file[rec.path] = rec.id
+            self._links[rec.id] = rec
+        self._by_path.update(plan.records)
+
+    def _seal_sync(self) -> None:
+        facts: dict[str, FileFacts | None] = {}
+        for path in (*self._by_path, *self._reported):
+            try:
+                facts[path] = self._svc.inspect(path, self._owner)
+            except Exception:  # a check that fails: no servable file
+                log.debug("sealing: a path could not be checked", exc_info=True)
+                facts[path] = None
+        plan = self._plan(facts)
+        alive = set(plan.latest)
+        for rid, rec in self._links.items():
+            if rid not in alive and rec.size != GONE.size:
+                plan.latest[rid] = _gone(rec)
+        self._write(plan)
+
+
+class _Plan:
+    """What one check stores: each servable path's link id, each link's latest record
+    (new ones in ``new``), and the index of the first path that needed a write."""
+
+    __slots__ = ("by_file", "first_write", "latest", "new", "records")
+
+    def __init__(self) -> None:
+        self.records: dict[str, str] = {}
+        self.latest: dict[str, ArtifactRecord] = {}
+        self.by_file: dict[str, str] = {}
+        self.new: set[str] = set()
+        self.first_write = sys.maxsize
+
+
+#: the identity a link gets when its path is no servable file at the answer's end: no
+#: file has inode 0 and a size of -1, so the download answers 410
+GONE = FileFacts("", "", 0, 0, -1, 0, "application/octet-stream", 0)
+#: paths one answer's agent may report writing (each costs a check when sealing)
+MAX_REPORTED = 256
+
+
+def _same_file(rec: ArtifactRecord, f: FileFacts) -> bool:
+    return (rec.path, rec.device, rec.inode, rec.size, rec.mtime_ns, rec.ctime_ns) == (
+        f.path,
+        f.device,
+        f.inode,
+        f.size,
+        f.mtime_ns,
+        f.ctime_ns,
+    )
+
+
+def _bound(rec: ArtifactRecord, f: FileFacts) -> ArtifactRecord:
+    """``rec`` pointing at the file ``f`` (its id, owner, mode and dates kept)."""
+    return dataclasses.replace(
+        rec,
+        path=f.path,
+        filename=f.filename,
+        device=f.device,
+        inode=f.inode,
+        size=f.size,
+        mtime_ns=f.mtime_ns,
+        content_type=f.content_type,
+        ctime_ns=f.ctime_ns,
+    )
+
+
+def _gone(rec: ArtifactRecord) -> ArtifactRecord:
+    """``rec`` as a dead link (its name and path kept for the owner's listing)."""
+    return dataclasses.replace(rec, device=0, inode=0, size=GONE.size, mtime_ns=0, ctime_ns=0)
 
 
 def _not_found() -> NotFound:
@@ -585,6 +814,15 @@ class NameOnly:
 
     async def resolve(self, path: str) -> str | None:
         return None
+
+    async def resolve_many(self, paths: list[str]) -> dict[str, str | None]:
+        return dict.fromkeys(paths)
+
+    def report(self, paths: Iterable[str]) -> None:
+        pass
+
+    async def seal(self) -> None:
+        pass
 
     def manifest(self) -> dict[str, Any]:
         return {"download_link_mode": self._mode, "artifacts": []}

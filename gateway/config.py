@@ -105,6 +105,19 @@ DEFAULT_DENIED: tuple[str, ...] = (
     "id_dsa",
     "id_ecdsa",
     "id_ed25519",
+    # agents' homes and the files that hold their state or credentials (the Hermes
+    # agent's: ~/.hermes, a profile's auth.json, state.db; docs/security.md); an agent
+    # home under another name is recognised by its contents (gateway/agenthome.py)
+    ".hermes",
+    ".hermes-tmp.*",
+    "auth.json",
+    "state.db",
+    "state.db-*",
+    "response_store.db*",
+    "kanban.db*",
+    ".codex",
+    ".claude",
+    ".openhands",
 )
 
 #: Deprecated dotted key -> the key it is read as.
@@ -365,15 +378,61 @@ class Mount:
     )
 
 
+#: the placeholder of a per-principal root (a whole path component)
+PRINCIPAL_PLACEHOLDER = "{principal}"
+
+
+def principal_folder(principal: str) -> str | None:
+    """The folder name ``{principal}`` stands for: the principal with ``:`` written as
+    ``+`` (no principal holds a ``+``, so two principals never share a folder); None
+    for a principal of dots only (``.``, ``..``: no folder of its own)."""
+    if not principal or set(principal) <= {"."}:
+        return None
+    return principal.replace(":", "+")
+
+
+def _check_scope_root(root: Path, key: str, ctx: Ctx) -> None:
+    parts = root.parts
+    if sum(PRINCIPAL_PLACEHOLDER in p for p in parts) > 1 or any(
+        PRINCIPAL_PLACEHOLDER in p and p != PRINCIPAL_PLACEHOLDER for p in parts
+    ):
+        raise ctx.error(key, f"may hold {PRINCIPAL_PLACEHOLDER} once, as a whole folder name")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scope:
+    """``[[artifacts.scopes]]``: the folders of one principal (in place of ``roots``)."""
+
+    principal: str = setting(
+        doc="whose folders these are: a key's principal, or openwebui:<user id>",
+        check=check_principal,
+        unique=True,
+        example="openwebui:0b2c5f0e-1d2e-4f3a-9b8c-7d6e5f4a3b2c",
+    )
+    roots: tuple[Path, ...] = setting(
+        doc="only files under these directories get links for this principal",
+        absolute=True,
+        min_items=1,
+        example=("/srv/hermes/profiles/alice/work",),
+    )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ArtifactsConfig:
-    """``[artifacts]``: which files may get managed-download links, and how."""
+    """``[artifacts]``: which files may get managed-download links, and for whom."""
 
     roots: tuple[Path, ...] = setting(
-        (Path("~/.agent/artifacts"),),
-        "only files under these directories get links",
+        (Path("~/.agent/artifacts") / PRINCIPAL_PLACEHOLDER,),
+        "only files under these directories get links; {principal} stands for the "
+        "requester's own folder (one per principal); a root without it is shared by every "
+        "principal, which a multi-user config must say with shared_roots instead",
         env="GATEWAY_ARTIFACT_ROOTS",
-        min_items=1,
+    )
+    shared_roots: tuple[Path, ...] = setting(
+        (), "every principal may get links to the files under these (shared on purpose)"
+    )
+    scopes: tuple[Scope, ...] = setting(
+        (), "the folders of one principal, used for it in place of roots"
     )
     default_link_mode: LinkMode = setting(
         "private", "link mode when neither the request nor the proxy says"
@@ -387,6 +446,23 @@ class ArtifactsConfig:
         DEFAULT_DENIED, "names inside the roots that never get a link (fnmatch patterns)"
     )
     mounts: tuple[Mount, ...] = setting((), "agent-visible prefixes mapped to host directories")
+
+    @staticmethod
+    def _finish(values: dict[str, Any], given: Collection[str], prefix: str, ctx: Ctx) -> None:
+        if not (values["roots"] or values["shared_roots"] or values["scopes"]):
+            raise ctx.error(
+                f"{prefix}.roots",
+                "is empty while shared_roots and scopes are too: no file could get a link",
+            )
+        for i, root in enumerate(values["roots"]):
+            _check_scope_root(root, f"{prefix}.roots[{i}]", ctx)
+        for name in ("shared_roots",):
+            for i, root in enumerate(values[name]):
+                if PRINCIPAL_PLACEHOLDER in str(root):
+                    raise ctx.error(
+                        f"{prefix}.{name}[{i}]",
+                        f"is shared: {PRINCIPAL_PLACEHOLDER} belongs in roots",
+                    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -586,6 +662,42 @@ class Config:
     runs: RunsConfig
     log: LogConfig
 
+    @staticmethod
+    def _finish(values: dict[str, Any], given: Collection[str], prefix: str, ctx: Ctx) -> None:
+        """A root every principal shares must be said to be shared where several do."""
+        arts: ArtifactsConfig = values["artifacts"]
+        if not is_multi_user(values["auth"]):
+            return
+        for i, root in enumerate(arts.roots):
+            if PRINCIPAL_PLACEHOLDER not in str(root):
+                raise ctx.error(
+                    f"artifacts.roots[{i}]",
+                    f"({root}) has no {PRINCIPAL_PLACEHOLDER}, so in this multi-user "
+                    "configuration every user could get links to every file under it: write "
+                    f"{root}/{PRINCIPAL_PLACEHOLDER} (a folder per principal), list the "
+                    "principals' folders in [[artifacts.scopes]], or move it to "
+                    "artifacts.shared_roots to share it on purpose (docs/security.md)",
+                )
+
+
+def is_multi_user(auth: AuthConfig) -> bool:
+    """Several principals: more than one user key's, or a proxy key (Open WebUI users)."""
+    users = {k.principal for k in auth.keys if k.role == "user"}
+    return len(users) > 1 or any(k.role == "proxy" for k in auth.keys)
+
+
+def scope_roots_for_detection(arts: ArtifactsConfig) -> list[str]:
+    """Every configured folder as the path detector should know it (a per-principal
+    root up to its placeholder: the principals' folders are below it)."""
+    out: list[str] = []
+    for root in (*arts.roots, *arts.shared_roots, *(r for s in arts.scopes for r in s.roots)):
+        text = str(root)
+        if PRINCIPAL_PLACEHOLDER in text:
+            text = text.split(PRINCIPAL_PLACEHOLDER, 1)[0].rstrip("/")
+        if text and text != "/":  # "/" holds everything: no root to detect by
+            out.append(text)
+    return out
+
 
 def extra_roots(config: Config) -> tuple[str, ...]:
     """The configured artifact roots and mount prefixes, and the POSIX folders that hold
@@ -593,7 +705,7 @@ def extra_roots(config: Config) -> tuple[str, ...]:
     ``/data/acme`` is a host folder when ``/data/acme/artifacts`` is a root, so
     ``/data/acme/logs/run.log`` and ``/data/acme/artifacts.bak`` are paths as well."""
     arts = config.artifacts
-    given = (*(str(r) for r in arts.roots), *(m.agent_prefix for m in arts.mounts))
+    given = (*scope_roots_for_detection(arts), *(m.agent_prefix for m in arts.mounts))
     out = dict.fromkeys(given)
     for root in given:
         parts = root.rstrip("/").split("/")

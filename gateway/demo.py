@@ -50,7 +50,13 @@ def demo_config(
             "state_dir": str(base / "state"),
             "server": {"bind": bind, "public_base_url": public_base_url},
             "upstream": {"base_url": upstream_url},
-            "artifacts": {"roots": [str(base / "artifacts")], "default_link_mode": "private"},
+            # the demo's users share one folder on purpose: its scripted upstream writes
+            # every answer's files there (a real deployment gives each its own folder)
+            "artifacts": {
+                "roots": [],
+                "shared_roots": [str(base / "artifacts")],
+                "default_link_mode": "private",
+            },
             "auth": {
                 "keys": [
                     {"key": DEMO_USER_KEY, "principal": "alice", "role": "user"},

@@ -61,7 +61,8 @@ from gateway.paths import (
     PathMatch,
     could_contain_path,
 )
-from gateway.rewrite import Piece, StreamRewriter, render, scrub_identifier
+from gateway.reports import paths_in, tool_progress_texts
+from gateway.rewrite import Piece, StreamRewriter, piece_paths, render_piece, scrub_identifier
 from gateway.shapes import (
     FINISH_REASONS,
     ROLES,
@@ -90,6 +91,8 @@ TEMPLATE_TRIES = 4
 #: the lowest log-probability relayed (-Infinity is not JSON)
 _LOWEST = -sys.float_info.max
 MAX_TOOL_CALLS = 1024
+#: the Hermes agent's named event of a tool's progress (reports the files it writes)
+TOOL_PROGRESS = "hermes.tool.progress"
 #: bounds of the scrubbed model ids kept per app (PipelineSettings.identifiers)
 IDENTIFIER_CACHE_SIZE = 256
 IDENTIFIER_CACHE_CHARS = 256
@@ -107,12 +110,25 @@ CLIENT_KEYS = frozenset(
 
 
 class LinkResolver(Protocol):
-    """Turns a host path into a link for one response (same path → same link)."""
+    """The links of one answer (:class:`gateway.artifacts.ResponseLinks`): a path's
+    link or None (its name alone) at each mention, the same link for the same path;
+    ``report`` takes the paths the agent says it writes, ``seal`` (once, when the
+    answer ends) binds the links to the files as the answer leaves them, and
+    ``manifest`` lists them."""
 
     @property
     def download_link_mode(self) -> str: ...
 
     async def resolve(self, path: str) -> str | None: ...
+
+    async def resolve_many(self, paths: list[str]) -> dict[str, str | None]:
+        """The answers for ``paths`` in order, stopping before the first that fails
+        (missing paths are then asked of :meth:`resolve`, which raises)."""
+        ...
+
+    def report(self, paths: Iterable[str]) -> None: ...
+
+    async def seal(self) -> None: ...
 
     def manifest(self) -> dict[str, Any]: ...
 
@@ -171,6 +187,9 @@ class Scrubber:
         self.resolver = resolver
         self.settings = settings
         self.stats = PipelineStats()
+        #: the first failure of the resolver (the store down): from then on every path
+        #: is its name, and the stream ends with this error after the text it held
+        self.failure: GatewayError | None = None
         #: awaited between slices of a long text (the glue passes a trio checkpoint): a
         #: 1 MB event of path-like text costs seconds of rewriting, which must not stop
         #: every other stream of the process meanwhile
@@ -198,39 +217,63 @@ class Scrubber:
         *,
         name_only: bool = False,
         json_text: bool = False,
-        prefetched: bool = False,
+        answers: dict[str, str | None] | None = None,
     ) -> str:
         """The text of rewriter pieces, each path resolved (or its name alone);
-        ``prefetched``: the caller has already passed them to :meth:`prefetch`."""
-        if not name_only and not prefetched:
-            await self.prefetch([pieces])
-        out: list[str] = []
-        for p in pieces:
-            if isinstance(p, str):
-                out.append(p)
+        ``answers``: what :meth:`prefetch` gave for them (else it is asked here)."""
+        name_only = name_only or self.failure is not None
+        if not name_only and answers is None:
+            answers = await self._prefetch_or_fail([pieces])
+            name_only = self.failure is not None
+        urls: dict[str, str | None] = {}
+        stats = self.stats
+        for piece in pieces:
+            if isinstance(piece, str):
                 continue
-            url = None if (name_only or p.overlong) else await self.resolver.resolve(p.path)
-            if url is None:
-                self.stats.names += 1
-            else:
-                self.stats.links += 1
-            out.append(render(p, url, json_text=json_text))
-        return "".join(out)
+            found = piece_paths(piece)
+            if isinstance(piece, PathMatch) and piece.overlong:
+                stats.names += 1
+            for p in found:
+                if p.path not in urls and not name_only:
+                    assert answers is not None
+                    urls[p.path] = await self._answer(p.path, answers)
+                    name_only = self.failure is not None
+                if urls.get(p.path) is None:
+                    stats.names += 1
+                else:
+                    stats.links += 1
 
-    async def prefetch(self, batches: list[list[Piece]]) -> None:
-        """Resolve the paths of ``batches`` together (one worker-thread hop for all the
-        new ones, when the resolver can) before they are rendered one by one."""
-        many = getattr(self.resolver, "resolve_many", None)
-        if many is None:
-            return
-        paths = [
-            p.path
-            for pieces in batches
-            for p in pieces
-            if not isinstance(p, str) and not p.overlong
-        ]
-        if len(paths) > 1:
-            await many(paths)
+        def url_of(p: PathMatch) -> str | None:
+            return urls.get(p.path)
+
+        return "".join(render_piece(p, url_of, json_text=json_text) for p in pieces)
+
+    async def _answer(self, path: str, answers: dict[str, str | None]) -> str | None:
+        """The prefetched answer for ``path``, else the resolver's; a failure of the
+        resolver is kept in :attr:`failure` (None: the name, and names from then on)."""
+        if path in answers:
+            return answers[path]
+        try:
+            return await self.resolver.resolve(path)
+        except GatewayError as exc:
+            self.failure = exc
+            return None
+
+    async def prefetch(self, batches: list[list[Piece]]) -> dict[str, str | None]:
+        """The answers for the paths of ``batches``, checked together (one
+        worker-thread hop) before they are rendered one by one; a path the batch could
+        not answer is missing (its :meth:`render` asks the resolver alone, which
+        raises the failure in its place)."""
+        paths = [p.path for pieces in batches for piece in pieces for p in piece_paths(piece)]
+        return await self.resolver.resolve_many(paths) if paths else {}
+
+    async def _prefetch_or_fail(self, batches: list[list[Piece]]) -> dict[str, str | None]:
+        """:meth:`prefetch`, a failure kept in :attr:`failure` (no answers then)."""
+        try:
+            return await self.prefetch(batches)
+        except GatewayError as exc:
+            self.failure = exc
+            return {}
 
     def names(self, text: str) -> str:
         """One-shot rewrite of a short string, every path its name (no link, no pause)."""
@@ -361,6 +404,8 @@ class ChatPipeline(Scrubber):
             if step.events:
                 out.extend(step.events)
                 out.append(BOUNDARY)
+            if self.failure is not None:  # the text so far went out as names
+                return Step(out, error=self.failure)
             if step.done:
                 return Step(out, done=True)
         if held:
@@ -368,18 +413,18 @@ class ChatPipeline(Scrubber):
                 await self._render_held(held, out)
             except GatewayError as exc:
                 return Step(out, error=exc)
-        return Step(out)
+        return Step(out, error=self.failure)
 
     async def _render_held(self, held: list[list[Piece]], out: list[Event]) -> None:
         """Render held plain deltas in order, their new paths resolved in one hop; each
         delta's text is in ``out`` before the next is rendered (so a failing path ends
         the step after the deltas before it, as when they were rendered one by one)."""
-        await self.prefetch(held)
+        answers = await self._prefetch_or_fail(held)
         for pieces in held:
             if len(pieces) == 1 and type(pieces[0]) is str:
                 text = pieces[0]  # a delta after the first path, without one of its own
             else:
-                text = await self.render(pieces, prefetched=True)
+                text = await self.render(pieces, answers=answers)
             if text:
                 out.append(Text(0, "content", text))
                 out.append(BOUNDARY)
@@ -536,6 +581,8 @@ class ChatPipeline(Scrubber):
             return []  # a name we cannot vouch for is not relayed
         if not isinstance(data, dict):
             data = {"data": data}
+        if checked == TOOL_PROGRESS:  # a tool's start names the file it will write
+            self.resolver.report(paths_in(tool_progress_texts(data), self.settings.detector))
         clean = {k: v for k, v in data.items() if k not in CLIENT_KEYS}
         return [Named(checked, await self.value(clean))]
 
@@ -728,9 +775,12 @@ class ChatPipeline(Scrubber):
         After a failure held text goes out as file names only (nothing is resolved).
         """
         events: list[Event] = []
-        for idx, state in sorted(self._choices.items()):
-            if not state.finished:
-                await self._flush_choice(idx, state, events, name_only=failed)
+        try:
+            for idx, state in sorted(self._choices.items()):
+                if not state.finished:
+                    await self._flush_choice(idx, state, events, name_only=failed)
+        finally:
+            await self.resolver.seal()
         return events
 
     def manifest(self) -> dict[str, Any]:

@@ -77,10 +77,12 @@ def gateway_toml(
     roots: Sequence[Path],
     keys: Iterable[tuple[str, str, str]],
     database_url: str = "",
+    shared: bool = True,
     public_base_url: str = "http://gateway.test",
     sections: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
-    """A gateway config file. ``keys``: ``(key, principal, role)``; ``sections``: more
+    """A gateway config file. ``keys``: ``(key, principal, role)``; ``roots`` are
+    ``shared_roots`` (every principal's) unless ``shared`` is false; ``sections``: more
     tables, e.g. ``{"runs": {"lease_seconds": 3}}``."""
     lines = [f"state_dir = {_toml_value(str(state_dir))}"]
     if database_url:
@@ -88,7 +90,10 @@ def gateway_toml(
     tables: dict[str, dict[str, Any]] = {
         "server": {"bind": "127.0.0.1:0", "public_base_url": public_base_url},
         "upstream": {"base_url": upstream_url},
-        "artifacts": {"roots": [str(r) for r in roots]},
+        "artifacts": {
+            "roots": [] if shared else [str(r) for r in roots],
+            "shared_roots": [str(r) for r in roots] if shared else [],
+        },
     }
     for name, values in (sections or {}).items():
         tables.setdefault(name, {}).update(values)

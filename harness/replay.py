@@ -43,7 +43,7 @@ from typing import Any
 import httpx
 import trio
 
-from gateway.config import Config, config_from_dict
+from gateway.config import Config, config_from_dict, scope_roots_for_detection
 from gateway.rewrite import StreamRewriter
 from gateway.server import serve_app
 from gateway.sse import SSEDecoder
@@ -138,8 +138,9 @@ def sandbox_config(cas: Cassette, base: Path) -> Config:
                 "keepalive_seconds": 5,
             },
             "upstream": {"base_url": "http://upstream.test/v1"},
-            "artifacts": {
-                "roots": [str(base / "root")],
+            "artifacts": {  # one folder the cassettes' principals share, on purpose
+                "roots": [],
+                "shared_roots": [str(base / "root")],
                 "default_link_mode": exp.default_link_mode,
                 "mounts": mounts,
             },
@@ -183,7 +184,7 @@ class Replayer:
     def extra_roots(self) -> tuple[str, ...]:
         """What the gateway's detector counts as roots besides the defaults."""
         arts = self.config.artifacts
-        return (*(str(r) for r in arts.roots), *(m.agent_prefix for m in arts.mounts))
+        return (*scope_roots_for_detection(arts), *(m.agent_prefix for m in arts.mounts))
 
     async def start(self, nursery: trio.Nursery) -> None:
         from gateway.app import create_app
@@ -202,7 +203,8 @@ class Replayer:
                 {
                     "state_dir": str(self.base / "proxy-state"),
                     "artifacts": {
-                        "roots": [str(self.base / "root")],
+                        "roots": [],
+                        "shared_roots": [str(self.base / "root")],
                         "default_link_mode": self.cas.expect.default_link_mode,
                     },
                     "proxy": {

@@ -49,7 +49,13 @@ def make_config(tmp: Path, upstream_url: str, **overrides: Any) -> Config:
         "state_dir": str(tmp / "state"),
         "server": {"bind": "127.0.0.1:0", "public_base_url": "http://127.0.0.1:8642"},
         "upstream": {"base_url": upstream_url},
-        "artifacts": {"roots": [str(tmp / "artifacts")], "default_link_mode": "private"},
+        # one folder every principal shares, on purpose (tests of per-principal scope
+        # set roots with {principal} or [[artifacts.scopes]] themselves)
+        "artifacts": {
+            "roots": [],
+            "shared_roots": [str(tmp / "artifacts")],
+            "default_link_mode": "private",
+        },
         "auth": {
             "keys": [
                 {"key": ALICE_KEY, "principal": "alice", "role": "user"},

@@ -146,12 +146,17 @@ class StubLinks:
         )
         return url
 
-    async def resolve_many(self, paths: list[str]) -> None:
+    async def resolve_many(self, paths: list[str]) -> dict[str, str | None]:
         """The batch the pipeline asks for (resolved in order, as ResponseLinks does);
         ``batches`` counts the calls, so a test sees the batched path ran."""
         self.batches += 1
-        for path in paths:
-            await self.resolve(path)
+        return {path: await self.resolve(path) for path in paths}
+
+    def report(self, paths: Any) -> None:
+        self.reported = [*getattr(self, "reported", []), *paths]
+
+    async def seal(self) -> None:
+        self.sealed = True
 
     def manifest(self) -> dict[str, Any]:
         return {"download_link_mode": self._mode, "artifacts": [dict(e) for e in self._entries]}

@@ -12,15 +12,18 @@ import argparse
 import ipaddress
 import os
 import sys
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from gateway.cli.common import err, help_text
 from gateway.config import (
     DEPRECATED_ALIASES,
+    PRINCIPAL_PLACEHOLDER,
     Config,
     LoadedConfig,
     config_source,
     inspect_config,
+    is_multi_user,
     parse_bind,
     parse_config_text,
     read_config_file,
@@ -128,12 +131,33 @@ def config_warnings(loaded: LoadedConfig) -> list[str]:
             "without a JWT can still claim any user by its X-OpenWebUI-User-* headers; set it "
             "to false"
         )
-    for i, root in enumerate(cfg.artifacts.roots):
+    return out + _root_warnings(cfg) + list(loaded.notes)
+
+
+def _root_warnings(cfg: Config) -> list[str]:
+    """Roots that are no folder, and folders shared by every user of several."""
+    arts, out = cfg.artifacts, []
+    for i, root in enumerate(arts.roots):
+        text = str(root)
+        folder = (
+            Path(text.split(PRINCIPAL_PLACEHOLDER, 1)[0]) if PRINCIPAL_PLACEHOLDER in text else root
+        )
+        if not folder.is_dir():
+            out.append(
+                f"artifacts.roots[{i}] ({folder}) is not a directory: no file there gets a link"
+            )
+    for i, root in enumerate(arts.shared_roots):
         if not root.is_dir():
             out.append(
-                f"artifacts.roots[{i}] ({root}) is not a directory: no file there gets a link"
+                f"artifacts.shared_roots[{i}] ({root}) is not a directory: no file there gets a link"
             )
-    return out + list(loaded.notes)
+        elif is_multi_user(cfg.auth):
+            out.append(
+                f"artifacts.shared_roots[{i}] ({root}) is shared by every user of this multi-user "
+                "configuration: each can get a link to any file there, another's too; give "
+                "each a folder ({principal} in roots, or [[artifacts.scopes]]) unless that is meant"
+            )
+    return out
 
 
 def _url_host(url: str) -> str:

@@ -5,6 +5,8 @@ Used by ``gateway smoke`` (see :mod:`gateway.smoke` for the script and the clien
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import trio
 from quart import Blueprint, Response
 
@@ -37,13 +39,14 @@ async def selftest() -> Response:
             "'nonce' must be 16 to 64 lowercase hex characters.", code="invalid_nonce"
         )
     mode = effective_link_mode(caller, b, st.config.artifacts.default_link_mode)
+    scope = st.artifacts.scope(caller.owner)
     try:
-        path = await trio.to_thread.run_sync(
-            write_selftest_file, st.config.artifacts.roots[0], nonce
-        )
+        if not scope:
+            raise FileNotFoundError("no artifact root for this principal")
+        path = await trio.to_thread.run_sync(write_selftest_file, Path(scope[0]), nonce)
     except OSError:
         raise GatewayError(
-            "The self-test could not write its file under the first artifact root.",
+            "The self-test could not write its file under the caller's first artifact root.",
             code="selftest_unavailable",
             status=503,
         ) from None

@@ -200,6 +200,15 @@ class Store(Protocol):
         duplicate id: ValueError), none."""
         ...
 
+    def save_artifacts(
+        self, new: Sequence[ArtifactRecord], rebound: Sequence[ArtifactRecord]
+    ) -> None:
+        """In one transaction, all or nothing: insert ``new`` (ids must be new:
+        ValueError otherwise) and give each record of ``rebound`` the file identity it
+        carries (path, name, device, inode, size, times, type; matched by id and owner,
+        nothing else of the stored record changes)."""
+        ...
+
     def get_artifact(self, artifact_id: str) -> ArtifactRecord | None:
         """The record with this id, whoever owns it, or None."""
         ...

@@ -167,6 +167,22 @@ def artifact_params(rec: ArtifactRecord) -> tuple[Any, ...]:
     )
 
 
+def _identity_params(rec: ArtifactRecord) -> tuple[Any, ...]:
+    """The parameters of :meth:`SQLStore.save_artifacts`' identity update."""
+    return (
+        rec.path,
+        rec.filename,
+        str(rec.device),
+        str(rec.inode),
+        rec.size,
+        rec.mtime_ns,
+        rec.content_type,
+        rec.ctime_ns,
+        rec.id,
+        rec.owner,
+    )
+
+
 def run_from_row(row: Sequence[Any]) -> RunRecord:
     return RunRecord(
         id=row[0],
@@ -279,17 +295,34 @@ class SQLStore(Store, Generic[C]):
         self._insert_new("artifacts", ARTIFACT_COLUMNS, artifact_params(rec), "an artifact")
 
     def create_artifacts(self, recs: Sequence[ArtifactRecord]) -> None:
-        for rec in recs:
+        self.save_artifacts(recs, ())
+
+    def save_artifacts(
+        self, new: Sequence[ArtifactRecord], rebound: Sequence[ArtifactRecord]
+    ) -> None:
+        for rec in (*new, *rebound):
             base.check_artifact(rec)
-        if not recs:
+        if not new and not rebound:
             return
-        q = self.dialect.sql(
+        insert = self.dialect.sql(
             f"INSERT INTO artifacts ({ARTIFACT_COLUMNS})"
-            f" VALUES {_placeholders(len(artifact_params(recs[0])))}"
+            f" VALUES {_placeholders(len(ARTIFACT_COLUMNS.split(',')))}"
         )
-        rows = [artifact_params(rec) for rec in recs]
+        update = self.dialect.sql(
+            "UPDATE artifacts SET path = ?, filename = ?, device = ?, inode = ?, size = ?,"
+            " mtime_ns = ?, content_type = ?, ctime_ns = ? WHERE id = ? AND owner = ?"
+        )
+        rows = [artifact_params(rec) for rec in new]
+        changes = [_identity_params(rec) for rec in rebound]
+
+        def write(c: Any) -> None:
+            if rows:
+                self._executemany(c, insert, rows)
+            if changes:
+                self._executemany(c, update, changes)
+
         try:
-            self._tx(lambda c: self._executemany(c, q, rows))
+            self._tx(write)
         except Exception as exc:
             if self._is_duplicate(exc):
                 raise ValueError("an artifact with one of these ids already exists") from None

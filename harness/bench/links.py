@@ -75,7 +75,7 @@ def _mint_figures(tmp: Path, n: int, repeat: int) -> _MintFigures:
             t_inspect = t_mint = 0.0
             for path in paths:
                 t0 = time.perf_counter()
-                facts = svc.inspect(path)
+                facts = svc.inspect(path, "bench")
                 t1 = time.perf_counter()
                 if facts is None:
                     raise RuntimeError("a benchmark file was refused")
@@ -142,7 +142,7 @@ async def _download_figures(tmp: Path, big: Path, repeat: int) -> tuple[list[flo
 
     app = create_app(_links_config(tmp))
     state: Any = app.gateway
-    facts = state.artifacts.inspect(str(big))
+    facts = state.artifacts.inspect(str(big), "bench")
     if facts is None:
         raise RuntimeError("the benchmark file was refused")
     url = state.artifacts.url(state.artifacts.mint(facts, "bench", "private"))

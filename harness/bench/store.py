@@ -448,7 +448,7 @@ def _links(tmp: Path, store: Any, n: int, repeat: int) -> tuple[float, float]:
     def one_pass() -> float:
         t0 = time.perf_counter()
         for path in paths:
-            facts = svc.inspect(path)
+            facts = svc.inspect(path, "bench")
             if facts is None:
                 raise RuntimeError("a benchmark file was refused")
             svc.url(svc.mint(facts, "bench", "public"))

@@ -117,11 +117,11 @@ async def get(gw: Gateway, url: str, **kw: Any) -> httpx.Response:
 
 async def mint(gw: Gateway, name: str, owner: str = "alice", mode: str = "public") -> str:
     st = gw.app.gateway
-    path = Path(gw.config.artifacts.roots[0]) / name
+    path = Path(st.artifacts.scope(owner)[0]) / name
 
     def do() -> str:
         path.write_text(f"contents of {name}\n")
-        facts = st.artifacts.inspect(str(path))
+        facts = st.artifacts.inspect(str(path), owner)
         assert facts is not None
         return str(st.artifacts.url(st.artifacts.mint(facts, owner, mode)))
 
@@ -210,7 +210,7 @@ async def test_two_instances_share_links_revocations_and_sessions(
         cfg = make_config(
             tmp_path / name,
             upstream.url + "/v1",
-            artifacts={"roots": [str(artifacts)]},
+            artifacts={"shared_roots": [str(artifacts)]},
             database_url=pg_url,
         )
         configs.append(cfg)

@@ -145,7 +145,7 @@ def test_inspect_regular_file_records_identity(svc: ArtifactService, root: Path)
     f = root / "a b" / "report.pdf"
     f.parent.mkdir()
     f.write_bytes(b"%PDF-1.4 hi")
-    facts = svc.inspect(str(f))
+    facts = svc.inspect(str(f), "alice")
     assert facts is not None
     st = f.stat()
     assert (facts.path, facts.filename, facts.size) == (str(f), "report.pdf", 11)
@@ -153,9 +153,9 @@ def test_inspect_regular_file_records_identity(svc: ArtifactService, root: Path)
     assert facts.content_type == "application/pdf"
     # a symlink inside the root to a file inside the root: the resolved file's identity
     (root / "alias.pdf").symlink_to(f)
-    alias = svc.inspect(str(root / "alias.pdf"))
+    alias = svc.inspect(str(root / "alias.pdf"), "alice")
     assert alias is not None and alias.path == str(f) and alias.filename == "report.pdf"
-    assert svc.inspect(str(root / "a b" / ".." / "a b" / "report.pdf")) == facts
+    assert svc.inspect(str(root / "a b" / ".." / "a b" / "report.pdf"), "alice") == facts
 
 
 @pytest.mark.parametrize(
@@ -181,10 +181,10 @@ def test_the_default_deny_list_keeps_secrets_unlinked(
     f = tmp_path / "artifacts" / "project" / name
     f.parent.mkdir(parents=True, exist_ok=True)
     f.write_text("SECRET=1\n")
-    assert svc.inspect(str(f)) is None
+    assert svc.inspect(str(f), "alice") is None
     ok = tmp_path / "artifacts" / "project" / "environment.txt"  # only looks alike: fine
     ok.write_text("notes\n")
-    assert svc.inspect(str(ok)) is not None
+    assert svc.inspect(str(ok), "alice") is not None
 
 
 def test_inspect_refusals(tmp_path: Path, clock: Clock) -> None:
@@ -207,9 +207,11 @@ def test_inspect_refusals(tmp_path: Path, clock: Clock) -> None:
     (root / "dir").mkdir()
     os.mkfifo(root / "fifo")
 
-    assert svc.inspect(str(root / "ok.txt")) is not None
-    assert svc.inspect(str(root / "exact.bin")) is not None  # max_bytes is inclusive
-    assert svc.inspect(str(root / ".config" / "other.json")) is not None  # only the run is denied
+    assert svc.inspect(str(root / "ok.txt"), "alice") is not None
+    assert svc.inspect(str(root / "exact.bin"), "alice") is not None  # max_bytes is inclusive
+    assert (
+        svc.inspect(str(root / ".config" / "other.json"), "alice") is not None
+    )  # only the run is denied
     for refused in (
         f"{root}/big.bin",
         f"{root}/.SSH/config",  # case-insensitive
@@ -233,7 +235,7 @@ def test_inspect_refusals(tmp_path: Path, clock: Clock) -> None:
         f"{root}/ok\x00.txt",  # NUL: realpath raises ValueError
         f"{root}/ok\ud800.txt",  # lone surrogate (from a JSON "\\ud800"): UnicodeEncodeError
     ):
-        assert svc.inspect(refused) is None, refused
+        assert svc.inspect(refused, "alice") is None, refused
 
 
 def test_mounts_and_home(tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -254,12 +256,12 @@ def test_mounts_and_home(tmp_path: Path, clock: Clock, monkeypatch: pytest.Monke
     assert svc.to_host_path("D:\\agent\\a.txt") == str(root / "out" / "a.txt")
     assert svc.to_host_path("D:/agent/a.txt") == str(root / "out" / "a.txt")
     assert svc.to_host_path("E:\\agent\\a.txt") is None
-    assert svc.inspect("/workspace/out/a.txt") is not None
-    assert svc.inspect("D:\\agent\\a.txt") is not None
-    assert svc.inspect("/workspace/../outside.txt") is None
+    assert svc.inspect("/workspace/out/a.txt", "alice") is not None
+    assert svc.inspect("D:\\agent\\a.txt", "alice") is not None
+    assert svc.inspect("/workspace/../outside.txt", "alice") is None
     monkeypatch.setenv("HOME", str(tmp_path))
     assert svc.to_host_path("~/artifacts/out/a.txt") == str(root / "out" / "a.txt")
-    assert svc.inspect("~/artifacts/out/a.txt") is not None
+    assert svc.inspect("~/artifacts/out/a.txt", "alice") is not None
 
 
 # --------------------------------------------------------------------------- links
@@ -267,7 +269,7 @@ def test_mounts_and_home(tmp_path: Path, clock: Clock, monkeypatch: pytest.Monke
 
 def test_mint_url_describe(svc: ArtifactService, root: Path, clock: Clock) -> None:
     (root / "r.csv").write_text("a,b\n")
-    facts = svc.inspect(str(root / "r.csv"))
+    facts = svc.inspect(str(root / "r.csv"), "alice")
     assert facts is not None
     priv = svc.mint(facts, "alice", "private")
     pub = svc.mint(facts, "alice", "public")
@@ -291,7 +293,7 @@ def test_mint_url_describe(svc: ArtifactService, root: Path, clock: Clock) -> No
 
 async def test_authorize_public(svc: ArtifactService, root: Path, clock: Clock) -> None:
     (root / "r.csv").write_text("a,b\n")
-    facts = svc.inspect(str(root / "r.csv"))
+    facts = svc.inspect(str(root / "r.csv"), "alice")
     assert facts is not None
     pub = svc.mint(facts, "alice", "public")
     priv = svc.mint(facts, "alice", "private")
@@ -327,7 +329,7 @@ async def test_authorize_public(svc: ArtifactService, root: Path, clock: Clock) 
 
 async def test_authorize_owner(svc: ArtifactService, root: Path) -> None:
     (root / "r.csv").write_text("a,b\n")
-    facts = svc.inspect(str(root / "r.csv"))
+    facts = svc.inspect(str(root / "r.csv"), "alice")
     assert facts is not None
     rec = svc.mint(facts, "alice", "private")
     assert (await svc.authorize_owner(rec.id, "alice")).id == rec.id
@@ -350,7 +352,7 @@ async def test_open_verified_and_file_body(svc: ArtifactService, root: Path) -> 
     data = os.urandom(READ_CHUNK * 2 + 123)
     f = root / "big.bin"
     f.write_bytes(data)
-    facts = svc.inspect(str(f))
+    facts = svc.inspect(str(f), "alice")
     assert facts is not None
     rec = svc.mint(facts, "alice", "private")
 
@@ -388,13 +390,13 @@ async def test_response_links(svc: ArtifactService, root: Path, tmp_path: Path) 
     assert await links.resolve(f"{root}/./b.txt/../a.txt") == u1
     assert await links.resolve(f"{root}/x/../a.txt") is None  # x does not exist
     (root / "x").mkdir()
-    # within one response a path keeps its first answer (consistency) ...
-    assert await links.resolve(f"{root}/x/../a.txt") is None
-    # ... and another spelling of the same file gets the same record
+    # "not there" is not final within an answer: now x exists, and it is the same file
+    assert await links.resolve(f"{root}/x/../a.txt") == u1
     assert await links.resolve(f"{root}/x/./../a.txt") == u1
     u2 = await links.resolve(f"{root}/b.txt")
     assert u2 is not None and u2 != u1
     assert await links.resolve(f"{tmp_path}/outside/none.txt") is None
+    await links.seal()
     manifest = links.manifest()
     assert manifest["download_link_mode"] == "public"
     assert [(a["filename"], a["url"], a["bytes"]) for a in manifest["artifacts"]] == [
@@ -406,6 +408,120 @@ async def test_response_links(svc: ArtifactService, root: Path, tmp_path: Path) 
     u3 = await other.resolve(f"{root}/a.txt")
     assert u3 is not None and u3 != u1 and "?" not in u3
     assert [r.owner for r in svc.store.list_artifacts("bob")] == ["bob"]
+
+
+async def _download(svc: ArtifactService, url: str, owner: str = "alice") -> bytes:
+    rec = await svc.authorize_owner(url.rsplit("/", 1)[1].split("?")[0], owner)
+    fd = await svc.open_verified(rec)
+    try:
+        return os.pread(fd, rec.size + 1, 0)
+    finally:
+        os.close(fd)
+
+
+async def test_a_path_named_before_its_file_exists_gets_its_link_later(
+    svc: ArtifactService, root: Path
+) -> None:
+    """The agent names the file before its tool writes it: that mention is the name,
+    a later one the link; the manifest lists it once."""
+    links = svc.for_response("alice", "private")
+    path = f"{root}/report.md"
+    assert await links.resolve(path) is None
+    (root / "report.md").write_text("# report")
+    url = await links.resolve(path)
+    assert url is not None
+    assert await links.resolve(path) == url
+    await links.seal()
+    assert [a["url"] for a in links.manifest()["artifacts"]] == [url]
+    assert await _download(svc, url) == b"# report"
+
+
+@pytest.mark.parametrize("how", ["in place", "atomically (temp + rename)"])
+async def test_a_link_made_before_an_overwrite_serves_what_the_answer_left(
+    svc: ArtifactService, root: Path, how: str
+) -> None:
+    """The file existed (an earlier answer wrote it): its link went out when the tool
+    started, then the tool rewrote it. The same link serves the new bytes once the
+    answer is sealed, and nothing after that."""
+    f = root / "plan.txt"
+    f.write_text("old plan")
+    links = svc.for_response("alice", "private")
+    url = await links.resolve(str(f))
+    assert url is not None
+    if how == "in place":
+        f.write_text("the new, longer plan")
+    else:
+        tmp = root / ".tmp-plan"
+        tmp.write_text("the new, longer plan")
+        os.replace(tmp, f)
+    assert await links.resolve(str(f)) == url  # re-checked: re-bound, same link
+    assert await _download(svc, url) == b"the new, longer plan"
+    f.write_text("third version")  # after the last mention, before the end
+    await links.seal()
+    assert await _download(svc, url) == b"third version"
+    (entry,) = links.manifest()["artifacts"]
+    assert entry["url"] == url and entry["bytes"] == len("third version")
+    f.write_text("changed after the answer")  # sealed: no swap
+    with pytest.raises(Gone):
+        await _download(svc, url)
+
+
+async def test_reported_files_join_the_manifest_when_servable_at_the_end(
+    svc: ArtifactService, root: Path, tmp_path: Path
+) -> None:
+    """Paths the agent reports writing need no mention; only servable files in the
+    owner's roots at the end are linked (a missing or outside one is not)."""
+    links = svc.for_response("alice", "private")
+    links.report([f"{root}/out.csv", f"{root}/never.txt", f"{tmp_path}/elsewhere.txt"])
+    (root / "out.csv").write_text("a,b\n")
+    (tmp_path / "elsewhere.txt").write_text("not in a root")
+    await links.seal()
+    (entry,) = links.manifest()["artifacts"]
+    assert entry["filename"] == "out.csv"
+    assert await _download(svc, entry["url"]) == b"a,b\n"
+    assert [r.filename for r in svc.store.list_artifacts("alice")] == ["out.csv"]
+
+
+async def test_a_link_whose_file_is_gone_at_the_end_is_dead(
+    svc: ArtifactService, root: Path
+) -> None:
+    """Deleted (or moved away) before the answer ended: the link answers 410 and the
+    manifest leaves it out, even if a file appears at the path afterwards."""
+    f = root / "tmp.txt"
+    f.write_text("scratch")
+    links = svc.for_response("alice", "private")
+    url = await links.resolve(str(f))
+    assert url is not None
+    f.unlink()
+    await links.seal()
+    assert links.manifest()["artifacts"] == []
+    f.write_text("scratch")
+    with pytest.raises(Gone) as gone:
+        await _download(svc, url)
+    assert gone.value.code == "artifact_changed"
+
+
+async def test_sealing_twice_and_after_a_store_failure(
+    svc: ArtifactService, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that fails while sealing leaves the links as they were (the answer is
+    complete); seal() runs once."""
+    f = root / "a.txt"
+    f.write_text("one")
+    links = svc.for_response("alice", "private")
+    url = await links.resolve(str(f))
+    assert url is not None
+    f.write_text("two!")
+
+    def down(*args: Any) -> None:
+        raise StoreError("the state store failed (OperationalError)")
+
+    monkeypatch.setattr(svc.store, "save_artifacts", down)
+    await links.seal()  # logged, not raised
+    monkeypatch.undo()
+    await links.seal()  # once: nothing happens
+    with pytest.raises(Gone):
+        await _download(svc, url)  # still bound to "one"
 
 
 async def test_resolve_many_is_resolve_one_by_one(
@@ -420,16 +536,18 @@ async def test_resolve_many_is_resolve_one_by_one(
     expected = [await one.resolve(p) for p in paths]
     batch = svc.for_response("alice", "private")
     calls: list[int] = []
-    real_many = svc.store.create_artifacts
+    real_save = svc.store.save_artifacts
 
-    def create_artifacts(recs: Any) -> None:
-        calls.append(len(recs))
-        real_many(recs)
+    def save_artifacts(new: Any, rebound: Any) -> None:
+        calls.append(len(new) + len(rebound))
+        real_save(new, rebound)
 
-    monkeypatch.setattr(svc.store, "create_artifacts", create_artifacts)
-    await batch.resolve_many(paths)
+    monkeypatch.setattr(svc.store, "save_artifacts", save_artifacts)
+    answers = await batch.resolve_many(paths)
     assert calls == [2]
-    got = [await batch.resolve(p) for p in paths]
+    got = [answers[p] for p in paths]
+    assert [await batch.resolve(p) for p in paths] == got  # unchanged files: same links
+    assert calls == [2]  # and no write
     # ids are random per mint: compare which paths got links and which share one
     assert [u is None for u in got] == [u is None for u in expected] == [0, 1, 0, 0]
     assert got[0] == got[3] != got[2]
@@ -450,35 +568,31 @@ async def test_resolve_many_stops_where_one_by_one_would_fail(
     abc = [f"{root}/a.txt", f"{root}/b.txt", f"{root}/c.txt"]
     real_inspect = svc.inspect
 
-    def inspect(path: str) -> Any:
+    def inspect(path: str, owner: str) -> Any:
         if path.endswith("b.txt"):
             raise PermissionError("no")
-        return real_inspect(path)
+        return real_inspect(path, owner)
 
     monkeypatch.setattr(svc, "inspect", inspect)
     failing = svc.for_response("carol", "private")
-    await failing.resolve_many(abc)
-    assert await failing.resolve(abc[0]) is not None
+    answers = await failing.resolve_many(abc)
+    assert list(answers) == [abc[0]] and answers[abc[0]] is not None
     with pytest.raises(PermissionError):
         await failing.resolve(abc[1])
     assert [a["filename"] for a in failing.manifest()["artifacts"]] == ["a.txt"]
     assert [r.filename for r in svc.store.list_artifacts("carol")] == ["a.txt"]
     monkeypatch.setattr(svc, "inspect", real_inspect)
 
-    real_one = svc.store.create_artifact
+    real_save = svc.store.save_artifacts
 
-    def create_artifact(rec: Any) -> None:
-        if rec.filename == "b.txt":
+    def save_artifacts(new: Any, rebound: Any) -> None:
+        if len(new) + len(rebound) > 1 or any(r.filename == "b.txt" for r in new):
             raise StoreError("the state store failed (OperationalError)")
-        real_one(rec)
+        real_save(new, rebound)
 
-    def create_artifacts(recs: Any) -> None:
-        raise StoreError("the state store failed (OperationalError)")
-
-    monkeypatch.setattr(svc.store, "create_artifact", create_artifact)
-    monkeypatch.setattr(svc.store, "create_artifacts", create_artifacts)
+    monkeypatch.setattr(svc.store, "save_artifacts", save_artifacts)
     down = svc.for_response("dave", "private")
-    await down.resolve_many(abc)
+    assert await down.resolve_many(abc) == {}  # the first path needed the failed write
     assert svc.store.list_artifacts("dave") == []
     assert await down.resolve(abc[0]) is not None  # one by one now, as it comes
     with pytest.raises(StoreError):
@@ -496,7 +610,7 @@ async def test_rewritten_in_place_with_size_and_mtime_restored_is_gone(
     moved, and no unprivileged process can set it back."""
     f = root / "r.txt"
     f.write_bytes(b"original")
-    facts = svc.inspect(str(f))
+    facts = svc.inspect(str(f), "alice")
     assert facts is not None and facts.ctime_ns == f.stat().st_ctime_ns
     rec = svc.mint(facts, "alice", "private")
     assert svc.store.get_artifact(rec.id) == rec and rec.ctime_ns == facts.ctime_ns
@@ -554,11 +668,11 @@ async def test_hard_links_are_refused_unless_allowed(tmp_path: Path, clock: Cloc
     secret = outside / "id_rsa.txt"
     secret.write_text("secret outside every root")
     os.link(secret, root / "innocent.txt")  # the same file, named under the root
-    assert svc.inspect(str(root / "innocent.txt")) is None
+    assert svc.inspect(str(root / "innocent.txt"), "alice") is None
 
     # a file minted alone, hard-linked afterwards: refused at download
     (root / "later.txt").write_text("mine")
-    facts = svc.inspect(str(root / "later.txt"))
+    facts = svc.inspect(str(root / "later.txt"), "alice")
     assert facts is not None
     rec = svc.mint(facts, "alice", "private")
     os.close(await svc.open_verified(rec))
@@ -569,7 +683,7 @@ async def test_hard_links_are_refused_unless_allowed(tmp_path: Path, clock: Cloc
 
     allowing = service(tmp_path, clock, allow_hard_links=True)
     assert allowing.allow_hard_links
-    allowed = allowing.inspect(str(root / "innocent.txt"))
+    allowed = allowing.inspect(str(root / "innocent.txt"), "alice")
     assert allowed is not None
     os.close(await allowing.open_verified(allowing.mint(allowed, "alice", "private")))
     os.unlink(outside / "copy.txt")  # one link again, but linking moved the ctime

@@ -81,7 +81,7 @@ def valid_data(tmp_path: Path) -> dict[str, Any]:
         "server": {"bind": "127.0.0.1:9100", "public_base_url": "https://gw.example.com"},
         "upstream": {"base_url": "http://127.0.0.1:9200/v1", "api_key": "sk-up"},
         "artifacts": {
-            "roots": [str(tmp_path / "art")],
+            "roots": [str(tmp_path / "art" / "{principal}")],
             "default_link_mode": "public",
             "public_ttl_seconds": 60,
             "max_bytes": 1000,
@@ -129,7 +129,7 @@ def test_defaults(home: Path) -> None:
     assert cfg.upstream.connect_timeout_seconds == 10.0
     assert cfg.upstream.idle_timeout_seconds == 300.0
     assert cfg.upstream.models_cache_seconds == 60.0
-    assert cfg.artifacts.roots == (home / ".agent/artifacts",)
+    assert cfg.artifacts.roots == (home / ".agent/artifacts/{principal}",)
     assert cfg.artifacts.default_link_mode == "private"
     assert cfg.artifacts.public_ttl_seconds == 604800
     assert cfg.artifacts.max_bytes == 104857600
@@ -216,7 +216,8 @@ idle_timeout_seconds = 12.5
 models_cache_seconds = 0
 
 [artifacts]
-roots = ["~/a", "{tmp_path / "b"}"]
+roots = ["~/a/{{principal}}"]
+shared_roots = ["{tmp_path / "b"}"]
 default_link_mode = "public"
 public_ttl_seconds = 3600
 max_bytes = 10
@@ -258,7 +259,8 @@ run_retention_seconds = 1.5
     assert cfg.upstream.api_key == "sk-upstream"
     assert cfg.upstream.idle_timeout_seconds == 12.5
     assert cfg.upstream.models_cache_seconds == 0.0
-    assert cfg.artifacts.roots == (home / "a", (tmp_path / "b").resolve())
+    assert cfg.artifacts.roots == (home / "a" / "{principal}",)
+    assert cfg.artifacts.shared_roots == ((tmp_path / "b").resolve(),)
     assert cfg.artifacts.default_link_mode == "public"
     assert cfg.artifacts.public_ttl_seconds == 3600
     assert cfg.artifacts.max_bytes == 10
@@ -282,7 +284,7 @@ def test_design_example_loads(home: Path, tmp_path: Path) -> None:
     cfg = load_config(write_toml(tmp_path / "design.toml", DESIGN_EXAMPLE), env={})
     assert cfg.state_dir == home / ".local/state/artifact-gateway"
     assert cfg.server.bind == "127.0.0.1:8642"
-    assert cfg.artifacts.roots == (home / ".agent/artifacts",)
+    assert cfg.artifacts.roots == (home / ".agent/artifacts",)  # one user: its own
     assert cfg.artifacts.mounts == (
         Mount(agent_prefix="/workspace", host_dir=Path("/srv/agent/workspace").resolve()),
     )

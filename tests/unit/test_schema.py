@@ -305,7 +305,7 @@ def full(tmp_path: Path) -> dict[str, Any]:
         "database_url": "postgresql://gw:pg-s3cr3t-pw@db.internal/gateway",
         "server": {"bind": "0.0.0.0:8642"},
         "upstream": {"api_key": "sk-upstream-0123456789"},
-        "artifacts": {"roots": [str(tmp_path / "art")]},
+        "artifacts": {"roots": [], "shared_roots": [str(tmp_path / "art")]},
         "auth": {
             "keys": [
                 {"key": ALICE_KEY, "principal": "alice"},

@@ -1,0 +1,201 @@
+"""The files of one answer, through the real pipeline and link service (no HTTP).
+
+What the real Hermes agent does (../shared/STACK-NOTES.md): it names the file in a
+``hermes.tool.progress`` event before its ``write_file`` tool writes it (atomically:
+a temporary file renamed over the target), then the answer names it again. Each case
+is played with file-system steps between upstream events, the events fed one per read
+and all at once between two steps; the client must get a link at the mention after the
+file appeared, the download must serve the bytes the answer left, and the manifest must
+list every file the agent wrote, even one the text never names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.artifacts import ArtifactService
+from gateway.errors import StoreError
+from gateway.events import Named, Text
+from gateway.pipeline import ChatPipeline
+from gateway.signing import Signer
+from gateway.sse import SSEEvent
+from gateway.store import SQLiteStore
+from tests.conftest import make_config
+
+Step = SSEEvent | Callable[[], None]
+
+
+def delta(text: str) -> SSEEvent:
+    return SSEEvent(
+        json.dumps(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion.chunk",
+                "created": 1_700_000_000,
+                "model": "hermes-agent",
+                "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
+            }
+        )
+    )
+
+
+def progress(tool: str, label: str, status: str = "running") -> SSEEvent:
+    data = {"tool": tool, "emoji": "✍️", "label": label, "toolCallId": "call_1", "status": status}
+    return SSEEvent(json.dumps(data), event="hermes.tool.progress")
+
+
+def write_atomically(path: Path, data: str) -> Callable[[], None]:
+    """What Hermes's write_file does: a temporary file in the folder, renamed over."""
+
+    def op() -> None:
+        tmp = path.parent / ".hermes-tmp.x1"
+        tmp.write_text(data)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+
+    return op
+
+
+@pytest.fixture
+def svc(tmp_path: Path) -> ArtifactService:
+    config = make_config(tmp_path, "http://upstream.invalid/v1")
+    store = SQLiteStore(tmp_path / "state" / "gateway.sqlite3")
+    return ArtifactService(config, store, Signer.generate())
+
+
+async def play(svc: ArtifactService, steps: list[Step], *, per_read: bool) -> dict[str, Any]:
+    """Feed the events (one per read, or all between two file steps in one), run the
+    file steps in their places; the text, the named events and the manifest."""
+    pipeline = ChatPipeline(svc.for_response("alice", "private"))
+    text: list[str] = []
+    named: list[dict[str, Any]] = []
+    pending: list[SSEEvent] = []
+
+    async def feed() -> None:
+        groups = [[e] for e in pending] if per_read else [pending[:]]
+        for group in groups:
+            step = await pipeline.feed(group)
+            assert step.error is None
+            for ev in step.events:
+                if isinstance(ev, Text):
+                    text.append(ev.text)
+                elif isinstance(ev, Named):
+                    named.append(ev.data)
+        pending.clear()
+
+    for s in steps:
+        if isinstance(s, SSEEvent):
+            pending.append(s)
+        else:
+            await feed()
+            s()
+    await feed()
+    for ev in await pipeline.finish():
+        if isinstance(ev, Text):
+            text.append(ev.text)
+    return {"text": "".join(text), "named": named, "manifest": pipeline.manifest()}
+
+
+async def download(svc: ArtifactService, url: str) -> bytes:
+    rec = await svc.authorize_owner(url.rsplit("/", 1)[1], "alice")
+    fd = await svc.open_verified(rec)
+    try:
+        return os.pread(fd, rec.size + 1, 0)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("per_read", [True, False])
+async def test_a_file_named_before_it_is_written_reaches_its_owner(
+    svc: ArtifactService, tmp_path: Path, per_read: bool
+) -> None:
+    root = tmp_path / "artifacts"
+    report = root / "project" / "report.md"
+    report.parent.mkdir()
+    steps: list[Step] = [
+        progress("write_file", str(report)),
+        write_atomically(report, "# Q3\n"),
+        progress("write_file", str(report), "completed"),
+        delta("\n\nDone. I wrote the report to "),
+        delta(f"{report}."),
+    ]
+    out = await play(svc, steps, per_read=per_read)
+    (entry,) = out["manifest"]["artifacts"]
+    assert out["text"] == f"\n\nDone. I wrote the report to [report.md]({entry['url']})."
+    assert out["named"][0]["label"] == "report.md"  # named before it existed: its name
+    assert await download(svc, entry["url"]) == b"# Q3\n"
+    assert str(tmp_path) not in json.dumps(out)
+
+
+@pytest.mark.parametrize("per_read", [True, False])
+async def test_an_overwritten_file_serves_the_bytes_the_answer_left(
+    svc: ArtifactService, tmp_path: Path, per_read: bool
+) -> None:
+    """The second request in the same project: the file exists when the tool starts
+    (its link goes out then), the tool rewrites it, the answer names it again."""
+    report = tmp_path / "artifacts" / "report.md"
+    report.write_text("first version")
+    steps: list[Step] = [
+        progress("write_file", str(report)),
+        write_atomically(report, "second, longer version"),
+        delta(f"Updated {report} as asked."),
+    ]
+    out = await play(svc, steps, per_read=per_read)
+    (entry,) = out["manifest"]["artifacts"]
+    assert out["named"][0]["label"] == entry["url"]  # the same link at both mentions
+    assert out["text"] == f"Updated [report.md]({entry['url']}) as asked."
+    assert entry["bytes"] == len("second, longer version")
+    assert await download(svc, entry["url"]) == b"second, longer version"
+
+
+async def test_files_the_agent_wrote_join_the_manifest_without_a_mention(
+    svc: ArtifactService, tmp_path: Path
+) -> None:
+    """The text forgets them: the tool events' files are linked when the answer ends
+    (only the writing tools', only servable files in the owner's roots)."""
+    root = tmp_path / "artifacts"
+    outside = tmp_path / "elsewhere.txt"
+    outside.write_text("not in a root")
+    steps: list[Step] = [
+        progress("write_file", str(root / "a.csv")),
+        progress("patch", str(root / "b.py")),
+        progress("read_file", str(root / "read.txt")),  # a read names no written file
+        progress("write_file", str(outside)),
+        progress("write_file", str(root / "never-written.txt")),
+        write_atomically(root / "a.csv", "x,y\n"),
+        write_atomically(root / "b.py", "print(1)\n"),
+        write_atomically(root / "read.txt", "appeared later"),
+        delta("All done."),
+    ]
+    out = await play(svc, steps, per_read=True)
+    assert out["text"] == "All done."
+    files = {a["filename"]: a for a in out["manifest"]["artifacts"]}
+    assert sorted(files) == ["a.csv", "b.py"]
+    assert await download(svc, files["b.py"]["url"]) == b"print(1)\n"
+
+
+async def test_a_store_failure_mid_stream_flushes_the_held_text_as_names(
+    svc: ArtifactService, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store locked while a path waits for its link: the text still arrives (all
+    that came in the read), the path as its name, then the stream ends with the error."""
+    report = tmp_path / "artifacts" / "report.md"
+    report.write_text("r")
+
+    def down(*args: Any) -> None:
+        raise StoreError("The state store is unavailable.", code="store_unavailable")
+
+    monkeypatch.setattr(svc.store, "save_artifacts", down)
+    pipeline = ChatPipeline(svc.for_response("alice", "private"))
+    step = await pipeline.feed([delta("Report: "), delta(f"{report} done"), delta(" and more")])
+    assert step.error is not None and step.error.code == "store_unavailable"
+    events = step.events + await pipeline.finish(failed=True)
+    text = "".join(e.text for e in events if isinstance(e, Text))
+    assert text == "Report: report.md done and more"
+    assert pipeline.manifest()["artifacts"] == []
