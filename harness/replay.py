@@ -543,6 +543,8 @@ def never_strings(cas: Cassette, base: Path) -> list[str]:
 
 
 def check_no_leak(cap: Capture, never: list[str]) -> None:
+    """No ``never`` string in any prefix of the bytes read, nor in the text or tool-call
+    arguments a client assembles (a path cut across deltas is whole only there)."""
     acc = b""
     for read in cap.reads:
         acc += read
@@ -551,6 +553,13 @@ def check_no_leak(cap: Capture, never: list[str]) -> None:
             if s in text:
                 i = text.find(s)
                 raise CheckFailed(f"leak: {s!r} reached the client", text[max(0, i - 60) : i + 60])
+    for text in (cap.text, *("".join(v) for v in cap.tool_args.values())):
+        for s in never:
+            if s in text:
+                i = text.find(s)
+                raise CheckFailed(
+                    f"leak: {s!r} reached the client (assembled)", text[max(0, i - 60) : i + 60]
+                )
 
 
 def placeholders(text: str, manifest: dict[str, Any] | None, cas: Cassette, base: Path) -> str:
