@@ -10,6 +10,8 @@ own), then Open WebUI 0.12.4 in a cached venv outside the clone
 (`tests/e2e/owui/install.py`); the first time that takes a few minutes, later it is a
 quick check. Set
 `GATEWAY_SKIP_OPENWEBUI_INSTALL=1` to skip it (those tests then skip, or fail under CI=true).
+Likewise the real Hermes agent 0.19.0 (`tests/e2e/hermes/install.py`, about a minute the
+first time); `GATEWAY_SKIP_HERMES_INSTALL=1` skips it.
 """
 
 from __future__ import annotations
@@ -137,6 +139,15 @@ def ensure_openwebui() -> None:
         print(f"note: {script.relative_to(ROOT)} did not finish; the Open WebUI tests will say why")
 
 
+def ensure_hermes() -> None:
+    """The real Hermes agent the ``hermes`` tests run; a failure only makes them skip/fail."""
+    if os.environ.get("GATEWAY_SKIP_HERMES_INSTALL", "") not in ("", "0"):
+        return
+    script = ROOT / "tests" / "e2e" / "hermes" / "install.py"
+    if subprocess.call([sys.executable, str(script)], cwd=ROOT) != 0:
+        print(f"note: {script.relative_to(ROOT)} did not finish; the Hermes tests will say why")
+
+
 def run(argv: list[str]) -> int:
     """Run ``argv`` and return its status. Ctrl-C reaches the child from the terminal
     (one process group) and it ends its own way (the demo drains and removes its
@@ -179,6 +190,7 @@ def main() -> int:
         ensure_venv()
         ensure_system_packages()
         ensure_openwebui()
+        ensure_hermes()
         # tests/progress.py: one summary line per test folder as it finishes
         return run([str(PY), "-m", "pytest", "-p", "tests.progress", *rest])
     if cmd == "lint":
@@ -194,6 +206,7 @@ def main() -> int:
         ensure_venv()
         ensure_system_packages()
         ensure_openwebui()
+        ensure_hermes()
         return 0
     print(__doc__)
     print("commands: run | test [pytest args] | lint | bench [args] | setup")

@@ -4,6 +4,7 @@ python -m harness replay [PATHS...] [--strategy S ...] [--seed N] [--ci]
                         [--json FILE] [--no-rewrite] [--no-sdk]
 python -m harness record --upstream URL --request FILE --out cassettes/NAME.yaml
 python -m harness capture --sse FILE --out cassettes/NAME.yaml [--request FILE]
+                         [--api chat|responses|runs] [--upstream NAME]
 """
 
 from __future__ import annotations
@@ -90,9 +91,35 @@ def _strip_http_head(raw: bytes) -> tuple[int, bytes]:
     return status, raw
 
 
+#: where each API's stream is read from (the recorded request's URI)
+_API_URI = {
+    "chat": ("POST", "http://127.0.0.1:9000/v1/chat/completions"),
+    "responses": ("POST", "http://127.0.0.1:9000/v1/responses"),
+    "runs": ("GET", "http://127.0.0.1:9000/v1/runs/run-captured/events"),
+}
+_API_WORDS = {
+    "chat": "a chat completions stream (chat.completion.chunk objects)",
+    "responses": "a Responses stream (response.* events)",
+    "runs": "a runs event stream (run.*, message.delta, tool.* events)",
+}
+
+
 def cmd_capture(args: argparse.Namespace) -> int:
     status, raw = _strip_http_head(Path(args.sse).read_bytes())
     body = raw.decode("utf-8", "replace")
+    found = cassette_mod.detect_api(raw)
+    if found not in (None, args.api):
+        what = _API_WORDS.get(found, "a stream that mixes APIs")
+        print(
+            f"capture: {args.sse} is {what}, not {_API_WORDS[args.api]}: "
+            + (
+                f"pass --api {found} (it is kept, not replayed, until the native relay)"
+                if found in _API_WORDS
+                else "capture one API's stream per cassette"
+            ),
+            file=sys.stderr,
+        )
+        return 2
     request = (
         json.loads(Path(args.request).read_text())
         if args.request
@@ -105,12 +132,16 @@ def cmd_capture(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     looks_sse = body.lstrip().startswith(("data:", "event:", ":", "id:", "retry:"))
+    method, uri = _API_URI[args.api]
     cassette_mod.write(
         out,
         request_body=request,
         body=body,
         status=status,
         content_type="text/event-stream" if looks_sse else "application/json",
+        uri=uri,
+        method=method,
+        source={"api": args.api, "upstream": args.upstream},
     )
     exp = cassette_mod.write_expectation_template(out)
     print(f"wrote {out}; fill in {exp} (see docs/runbooks/incident-replay.md)")
@@ -189,6 +220,15 @@ def main(argv: list[str] | None = None) -> int:
     cp.add_argument("--sse", required=True)
     cp.add_argument("--out", required=True)
     cp.add_argument("--request")
+    cp.add_argument(
+        "--api",
+        choices=sorted(_API_URI),
+        default="chat",
+        help="which API the transcript is a stream of (checked against its events)",
+    )
+    cp.add_argument(
+        "--upstream", default="unknown", help="what answered, e.g. 'hermes-agent 0.19.0'"
+    )
     cp.set_defaults(func=cmd_capture)
     hr = sub.add_parser(
         "health-recovery", help="kill/restart the real gateway and proxy, poll /health each second"

@@ -27,6 +27,19 @@ how to replay it and what the client must end up seeing::
       tool_arguments: null # assembled tool-call arguments, in call order (placeholders too)
       named_events: null   # names of the upstream named events relayed (chat front), in order
     upstream_cut: false    # replay the body, then cut the connection (no clean EOF)
+    timeline:              # files that appear / change / vanish mid-stream (harness/timeline.py)
+    - {at_event: 3, op: replace, path: root/out/report.pdf, content: "%PDF-1.4 v2"}
+    expect:
+      artifacts: [root/out/report.pdf]   # exactly the files the terminal manifest links
+
+The cassette itself may say where its stream came from (``harness capture`` and the
+Hermes recorder write it; vcrpy ignores the key)::
+
+    source: {api: chat, upstream: hermes-agent 0.19.0}   # api: chat | responses | runs
+
+Only ``api: chat`` cassettes replay today (the gateway calls its upstream's chat
+completions, also for its own Responses and runs fronts); a native Responses or
+runs stream is kept for the native relay and refused by :func:`load` for replay.
 
 Unknown keys are refused (a typo must not turn a check off silently). An
 event-stream body framed entirely with CRLF is stored with LF events plus
@@ -42,6 +55,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from harness.timeline import Op
+from harness.timeline import parse as parse_timeline
 
 SERIALIZER_NAME = "sse-yaml"
 
@@ -61,6 +77,13 @@ def _str_presenter(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
 
 
 _Dumper.add_representer(str, _str_presenter)
+
+
+def dump_yaml(data: Any) -> str:
+    """YAML as the cassettes are written: multi-line strings as block strings, unicode kept."""
+    out = io.StringIO()
+    yaml.dump(data, out, Dumper=_Dumper, allow_unicode=True, sort_keys=False, width=100)
+    return out.getvalue()
 
 
 def split_events(body: str) -> list[str]:
@@ -132,6 +155,47 @@ class SSEYamlSerializer:
         return data
 
 
+_RUN_EVENTS = ("run.", "message.", "tool.", "reasoning.", "approval.")
+
+
+def _api_of(obj: Any) -> str | None:
+    if not isinstance(obj, dict):
+        return None
+    if obj.get("object") == "chat.completion.chunk" or "choices" in obj:
+        return "chat"
+    kind, event = obj.get("type"), obj.get("event")
+    if isinstance(kind, str) and kind.startswith("response."):
+        return "responses"
+    if isinstance(event, str) and event.startswith(_RUN_EVENTS):
+        return "runs"
+    return None
+
+
+def detect_api(body: bytes) -> str | None:
+    """Which API an SSE body is a stream of: ``chat``, ``responses``, ``runs``,
+    ``mixed`` (events of more than one), or None (nothing recognisable: an error
+    body, comments only). Judged by each event's data, so a named event of another
+    kind (``hermes.tool.progress``) counts for nothing."""
+    import json
+
+    from gateway.sse import SSEDecoder
+
+    decoder = SSEDecoder()
+    kinds: set[str] = set()
+    for ev in decoder.feed(body + b"\n\n"):  # an unterminated last event counts too
+        if ev.data == "[DONE]":
+            continue
+        try:
+            kind = _api_of(json.loads(ev.data))
+        except ValueError:
+            continue
+        if kind is not None:
+            kinds.add(kind)
+    if len(kinds) > 1:
+        return "mixed"
+    return next(iter(kinds), None)
+
+
 def register(vcr: Any) -> None:
     """Register the serializer on a ``vcr.VCR`` instance."""
     vcr.register_serializer(SERIALIZER_NAME, SSEYamlSerializer)
@@ -189,6 +253,10 @@ class Expectation:
     named_events: list[str] | None = None
     upstream_cut: bool = False
     request: dict[str, Any] = field(default_factory=dict)
+    #: raw timeline ops (checked by :func:`load` into ``Cassette.timeline``)
+    timeline: list[Any] = field(default_factory=list)
+    #: sandbox paths whose links the terminal manifest must hold, exactly (None: unchecked)
+    artifacts: list[str] | None = None
 
     def asserts_something(self) -> bool:
         """Does this say anything about the output beyond "valid protocol"?"""
@@ -200,6 +268,7 @@ class Expectation:
             or self.http_status != 200
             or self.tool_arguments is not None
             or self.named_events is not None
+            or self.artifacts is not None
         )
 
 
@@ -212,6 +281,12 @@ class Cassette:
     headers: dict[str, str]
     body: bytes
     expect: Expectation
+    #: the file-system timeline (empty: files stay as ``expect.files`` say)
+    timeline: list[Op] = field(default_factory=list)
+    #: which API the stream came from: chat | responses | runs
+    api: str = "chat"
+    #: what answered it when recorded ("" when unknown)
+    upstream: str = ""
 
 
 def load(path: Path, *, require_expectation: bool = True) -> Cassette:
@@ -227,6 +302,13 @@ def load(path: Path, *, require_expectation: bool = True) -> Cassette:
     inters = data.get("interactions") or []
     if not inters:
         raise ValueError(f"{path.name}: no interactions")
+    source = data.get("source") or {}
+    api = str(source.get("api") or "chat") if isinstance(source, dict) else "chat"
+    if require_expectation and api != "chat":
+        raise ValueError(
+            f"{path.name}: a native {api} stream (source.api); the gateway calls its upstream's "
+            "chat completions only, so it is kept for the native relay, not replayed"
+        )
     inter = inters[0]
     req_body = inter.get("request", {}).get("body") or "{}"
     try:
@@ -263,6 +345,7 @@ def load(path: Path, *, require_expectation: bool = True) -> Cassette:
             f"{exp_path.name}: asserts nothing (set expect.text, names_only, never or "
             "error_code; see docs/runbooks/incident-replay.md)"
         )
+    n_events = len(split_events(body.decode("utf-8", "replace")))
     return Cassette(
         name=path.stem,
         path=path,
@@ -271,6 +354,9 @@ def load(path: Path, *, require_expectation: bool = True) -> Cassette:
         headers={str(k): str(v) for k, v in headers.items()},
         body=body,
         expect=exp,
+        timeline=parse_timeline(exp.timeline or None, n_events, exp_path.name),
+        api=api,
+        upstream=str(source.get("upstream") or "") if isinstance(source, dict) else "",
     )
 
 
@@ -295,26 +381,39 @@ def write(
     status: int = 200,
     uri: str = "http://127.0.0.1:9000/v1/chat/completions",
     content_type: str = "text/event-stream",
+    source: dict[str, str] | None = None,
+    headers: dict[str, str] | None = None,
+    method: str = "POST",
 ) -> None:
-    """Write a one-interaction cassette (used by ``capture`` and by tests)."""
+    """Write a one-interaction cassette (used by ``capture``, the Hermes recorder, tests).
+
+    ``source``: where the stream came from (``{"api": ..., "upstream": ...}``);
+    ``headers``: more recorded response headers (``Content-Type`` comes from
+    ``content_type``)."""
     import json
 
-    data = {
+    resp_headers = {"Content-Type": [content_type]}
+    for k, v in (headers or {}).items():
+        if k.lower() != "content-type":
+            resp_headers[k] = [v]
+    data: dict[str, Any] = {
         "version": 1,
         "interactions": [
             {
                 "request": {
-                    "method": "POST",
+                    "method": method,
                     "uri": uri,
                     "body": json.dumps(request_body, ensure_ascii=False),
                     "headers": {"Content-Type": ["application/json"]},
                 },
                 "response": {
                     "status": {"code": status, "message": "OK" if status < 400 else "Error"},
-                    "headers": {"Content-Type": [content_type]},
+                    "headers": resp_headers,
                     "body": {"string": body},
                 },
             }
         ],
     }
+    if source:
+        data["source"] = dict(source)
     path.write_text(SSEYamlSerializer.serialize(data), encoding="utf-8")

@@ -47,6 +47,7 @@ from gateway.config import Config, config_from_dict, scope_roots_for_detection
 from gateway.rewrite import StreamRewriter
 from gateway.server import serve_app
 from gateway.sse import SSEDecoder
+from harness import timeline
 from harness.cassette import Cassette
 from harness.nothing import NOTHING_FOUND
 from harness.strategies import STRATEGIES, Chunking, Options
@@ -173,11 +174,16 @@ class Replayer:
     def _script_for(self, request: httpx.Request) -> Scripted:
         if self._next:
             return self._next.pop(0)
+        chunks: Chunking = [self.cas.body]
+        before: Callable[[int], None] | None = None
+        if self.cas.timeline:  # the SDK's request: the files change as in every replay
+            chunks, before = self._timeline(chunks)
         return Scripted(
-            [self.cas.body],
+            chunks,
             status=self.cas.status,
             headers=dict(self.cas.headers),
             fail_after=self.cas.expect.upstream_cut,
+            before_chunk=before,
         )
 
     @property
@@ -221,6 +227,18 @@ class Replayer:
             self.proxy_url = purls[0]
             nursery.start_soon(_close_when_cancelled, papp.proxy.aclose)
 
+    def _timeline(self, chunking: Chunking) -> tuple[Chunking, Callable[[int], None]]:
+        """Reset the sandbox; cut ``chunking`` where the timeline's ops must happen."""
+        ops = self.cas.timeline
+        timeline.reset(self.base, self.cas.expect.files, ops)
+        refined, before = timeline.refine(chunking, ops)
+
+        def run_ops(i: int) -> None:
+            for op in before.get(i, ()):
+                timeline.apply(op, self.base)
+
+        return refined, run_ops
+
     # -- driving one request ---------------------------------------------------------
 
     def _mode_fields(self, body: dict[str, Any], headers: dict[str, str]) -> None:
@@ -245,6 +263,9 @@ class Replayer:
         progress = Progress()
         waits: list[bool] = []
         after: Callable[[int], Awaitable[None]] | None = None
+        before: Callable[[int], None] | None = None
+        if self.cas.timeline:
+            chunking, before = self._timeline(chunking)
         if lockstep is not None:
             ordinary = ordinary_chunks(chunking, self.extra_roots)
 
@@ -265,6 +286,7 @@ class Replayer:
                 status=self.cas.status,
                 headers=dict(self.cas.headers),
                 after_chunk=after,
+                before_chunk=before,
                 fail_after=exp.upstream_cut,
             )
         )
@@ -523,6 +545,8 @@ def never_strings(cas: Cassette, base: Path) -> list[str]:
 
 
 def check_no_leak(cap: Capture, never: list[str]) -> None:
+    """No ``never`` string in any prefix of the bytes read, nor in the text or tool-call
+    arguments a client assembles (a path cut across deltas is whole only there)."""
     acc = b""
     for read in cap.reads:
         acc += read
@@ -531,6 +555,13 @@ def check_no_leak(cap: Capture, never: list[str]) -> None:
             if s in text:
                 i = text.find(s)
                 raise CheckFailed(f"leak: {s!r} reached the client", text[max(0, i - 60) : i + 60])
+    for text in (cap.text, *("".join(v) for v in cap.tool_args.values())):
+        for s in never:
+            if s in text:
+                i = text.find(s)
+                raise CheckFailed(
+                    f"leak: {s!r} reached the client (assembled)", text[max(0, i - 60) : i + 60]
+                )
 
 
 def placeholders(text: str, manifest: dict[str, Any] | None, cas: Cassette, base: Path) -> str:
@@ -540,12 +571,19 @@ def placeholders(text: str, manifest: dict[str, Any] | None, cas: Cassette, base
         art = by_id.get(m.group(1))
         if art is None:
             return "<link:?>"
-        for rel in cas.expect.files:
-            if Path(rel).name == art["filename"]:
-                return f"<link:{rel}>"
-        return f"<link:{art['filename']}>"
+        return f"<link:{sandbox_file(cas, art['filename']) or art['filename']}>"
 
     return LINK_RE.sub(sub, text)
+
+
+def sandbox_files(cas: Cassette) -> list[str]:
+    """Every sandbox path the cassette names: its ``files`` and its timeline's paths."""
+    return list(dict.fromkeys([*cas.expect.files, *(op.path for op in cas.timeline)]))
+
+
+def sandbox_file(cas: Cassette, filename: str) -> str | None:
+    """The sandbox path (``root/...``) of an artifact's file name, if the cassette has it."""
+    return next((rel for rel in sandbox_files(cas) if Path(rel).name == filename), None)
 
 
 def check_capture(cap: Capture, cas: Cassette, base: Path, baseline: list[str]) -> None:
@@ -582,6 +620,13 @@ def check_capture(cap: Capture, cas: Cassette, base: Path, baseline: list[str]) 
         name = re.split(r"[/\\]+", p.rstrip("/\\"))[-1]
         if name not in cap.text:
             raise CheckFailed(f"{name!r} (name of a names_only path) missing from the text")
+    if exp.artifacts is not None:
+        got = sorted(
+            sandbox_file(cas, a["filename"]) or a["filename"]
+            for a in (cap.manifest or {}).get("artifacts", [])
+        )
+        if got != sorted(exp.artifacts):
+            raise CheckFailed(f"manifest links {got}, expected {sorted(exp.artifacts)}")
     manifest_ids = {a["id"] for a in (cap.manifest or {}).get("artifacts", [])}
     if exp.error_code is None and cap.link_ids != manifest_ids:
         raise CheckFailed(
@@ -621,9 +666,8 @@ async def check_links(rep: Replayer, client: httpx.AsyncClient, cap: Capture) ->
     for art in (cap.manifest or {}).get("artifacts", []):
         path = art["url"][len(PUBLIC_BASE) :]
         url = rep.gateway_url + path
-        local = next(
-            (rep.base / rel for rel in exp.files if Path(rel).name == art["filename"]), None
-        )
+        rel = sandbox_file(rep.cas, art["filename"])
+        local = rep.base / rel if rel is not None else None
         if exp.front == "proxy" or exp.mode_via == "header":
             own = {
                 "Authorization": f"Bearer {KEYS['proxy']}",
@@ -737,6 +781,7 @@ async def replay_cassette(
             async with httpx.AsyncClient(timeout=httpx.Timeout(10, read=30)) as client:
                 baseline: list[str] = []
                 first: Capture | None = None
+                last: Capture | None = None  # with a timeline: the sandbox is as it left it
                 for name in strategies:
                     out = Outcome(cas.name, name)
                     t0 = time.perf_counter()
@@ -752,6 +797,7 @@ async def replay_cassette(
                                 )
                             if first is None:
                                 first = cap
+                            last = cap
                     except CheckFailed as exc:
                         out.failure = str(exc)
                         out.event = exc.event
@@ -772,7 +818,9 @@ async def replay_cassette(
                     links = Outcome(cas.name, "links")
                     t0 = time.perf_counter()
                     try:
-                        await check_links(rep, client, first)
+                        await check_links(
+                            rep, client, last if cas.timeline and last is not None else first
+                        )
                         links.replays = 1
                         if sdk:
                             await trio.to_thread.run_sync(check_sdk, rep)

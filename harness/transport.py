@@ -29,6 +29,9 @@ class Scripted:
     #: awaited after chunk i was handed over, before chunk i+1 is released
     after_chunk: Callable[[int], Awaitable[None]] | None = None
     gates: Sequence[trio.Event] | None = None  #: ``gates[i]`` is awaited before chunk ``i``
+    #: called right before chunk ``i`` is handed over, and with ``len(chunks)`` after the
+    #: last one (the harness's file-system timeline: :mod:`harness.timeline`)
+    before_chunk: Callable[[int], None] | None = None
 
 
 class _Stream(httpx.AsyncByteStream):
@@ -47,9 +50,13 @@ class _Stream(httpx.AsyncByteStream):
                 await trio.sleep(s.delay)
             else:
                 await trio.lowlevel.checkpoint()
+            if s.before_chunk is not None:
+                s.before_chunk(i)
             yield chunk
             if s.after_chunk is not None:
                 await s.after_chunk(i)
+        if s.before_chunk is not None:
+            s.before_chunk(len(s.chunks))
         if s.fail_after:
             raise httpx.RemoteProtocolError(
                 "peer closed connection without sending complete message body"
