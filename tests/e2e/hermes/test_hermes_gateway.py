@@ -59,7 +59,12 @@ async def gateway_for(nursery: trio.Nursery, tmp: Path, hermes: HermesRun) -> Ga
         tmp,
         hermes.base_url,
         upstream={"api_key": hermes.key, "first_byte_timeout_seconds": 60.0},
-        artifacts={"roots": [str(hermes.workdir)]},
+        # alice's folder is the agent's project; bob has his own (empty) one
+        artifacts={
+            "roots": [str(tmp / "users" / "{principal}")],
+            "shared_roots": [],
+            "scopes": [{"principal": "alice", "roots": [str(hermes.workdir)]}],
+        },
     )
     return await start_gateway(nursery, config)
 
