@@ -265,9 +265,25 @@ class Origin:
         return f"{self.scheme}://{self.netloc}{self.base_path}{path.split('?', 1)[0]}"
 
 
+#: by grammar, the texts found valid already (bounded; most are constants)
+_VALID: dict[re.Pattern[str], set[str]] = {}
+
+
+def _valid(text: str, grammar: re.Pattern[str]) -> bool:
+    known = _VALID.setdefault(grammar, set())
+    if text in known:
+        return True
+    if grammar.fullmatch(text) is None:
+        return False
+    if len(known) < 512:
+        known.add(text)
+    return True
+
+
 def check_header(name: str, value: str) -> None:
     """Refuse a header this client would have to write unsafely (CR, LF, non-ASCII)."""
-    if not _TOKEN.fullmatch(name) or not _VALUE.fullmatch(value):
+    plain = value.isascii() and value.isprintable() and value == value.strip()
+    if not _valid(name, _TOKEN) or not (plain or _VALUE.fullmatch(value)):
         raise ValueError(f"header {name!r} cannot be sent as it is")
 
 
@@ -885,6 +901,8 @@ class HTTPClient:
     max_idle: int = 100
     origin: Origin = field(init=False)
     _fixed: bytes = field(init=False, repr=False)
+    _prefix: str = field(init=False, repr=False)
+    _base_path: str = field(init=False, repr=False)
     _ssl: ssl.SSLContext | None = field(init=False, repr=False)
     #: (key, connection, since), oldest first
     _idle: list[tuple[str, _Conn, float]] = field(init=False, repr=False)
@@ -901,23 +919,25 @@ class HTTPClient:
             check_header(name, value)
         self._fixed = "".join(f"{k}: {v}\r\n" for k, v in fixed).encode("ascii")
         self._ssl = verify_context() if self.origin.tls else None  # trust loaded on use
+        self._prefix = self.origin.url()
+        self._base_path = self.origin.base_path
         self._idle = []
         self._closed = False
 
     def url(self, path: str = "") -> str:
         """The URL of ``path`` below the base, as messages name it (no query)."""
-        return self.origin.url(path)
+        return self._prefix + (path.split("?", 1)[0] if "?" in path else path)
 
     def request_bytes(
         self, method: str, path: str, headers: Sequence[tuple[str, str]], content: bytes
     ) -> bytes:
         """The whole request: request line, fixed and extra headers, length, body."""
-        if not _TARGET.fullmatch(path) or not _TOKEN.fullmatch(method):
+        if not _valid(path, _TARGET) or not _valid(method, _TOKEN):
             raise ValueError(f"cannot send {method} {path!r}")
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers)
         if content or method in _WITH_BODY:
             extra += f"Content-Length: {len(content)}\r\n"
-        line = f"{method} {self.origin.base_path}{path} HTTP/1.1\r\n"
+        line = f"{method} {self._base_path}{path} HTTP/1.1\r\n"
         return b"".join(
             (line.encode("ascii"), self._fixed, extra.encode("ascii"), b"\r\n", content)
         )

@@ -507,7 +507,7 @@ class Upstream:
         if fresh is not None:
             return fresh
         try:
-            listing = await self._model_list(10.0)
+            listing = await self.model_list(10.0)
         except GatewayError:
             if cache.last_good is not None:
                 log.warning("the upstream's model list is unavailable; serving the last good one")
@@ -515,7 +515,7 @@ class Upstream:
             raise
         return cache.store(listing, now)
 
-    async def _model_list(self, seconds: float) -> dict[str, Any]:
+    async def model_list(self, seconds: float) -> dict[str, Any]:
         """``GET /models`` checked for an OpenAI model list (``{"data": [...]}``)."""
         resp = await self._send(
             "GET", "/models", "", None, self._json_headers, seconds, f"a {seconds:g} s bound"
@@ -536,7 +536,7 @@ class Upstream:
                 return self._ready[1]
             try:
                 with trio.fail_after(limit_seconds * 2):  # (the client bounds it first)
-                    await self._model_list(limit_seconds)
+                    await self.model_list(limit_seconds)
                 found = Readiness("ok", "")
             except GatewayError as exc:
                 found = Readiness(exc.code, exc.message)
