@@ -153,9 +153,13 @@ def _is_html(ctype: str, body: bytes) -> bool:
     )
 
 
+_MODEL_WORD = re.compile(r"(?<![/\w-])model\b", re.IGNORECASE)
+
+
 def _about_model(message: str, code: str) -> bool:
-    """Is a 404's error about the model asked for (not about the route)?"""
-    return "model" in code.lower() or "model" in message.lower()
+    """Is a 404's error about the model asked for ("The model `x` does not exist",
+    ``model_not_found``), not about the route ("Route /models not found")?"""
+    return "model" in code.lower() or _MODEL_WORD.search(message) is not None
 
 
 def wrong_path(url: str, what: str) -> UpstreamHTTPError:
