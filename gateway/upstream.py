@@ -1,68 +1,75 @@
-"""The upstream (OpenAI-compatible model server) client, over httpx.
+"""The upstream (OpenAI-compatible model server, or an agent such as Hermes) as the API
+server calls it, over the one outbound client (:mod:`gateway.httpclient`).
 
-Every httpx error is translated here into :class:`gateway.errors.UpstreamError` (or
-:class:`~gateway.errors.Overloaded`) with a stable ``code``:
+What an answer's status and body mean is decided here; the client's own errors
+(connect, TLS, timeouts, broken bodies) come from it already translated. The codes an
+answer gives:
 
-    upstream_unreachable   connect failed (502)
-    upstream_timeout       connect timed out, no answer within first_byte_timeout_seconds,
-                           or silence inside a stream (504)
-    upstream_disconnected  the connection broke mid-response (502)
+    upstream_auth_failed   upstream 401/403: it refused the gateway's upstream.api_key (502)
+    upstream_wrong_path    the route is not there (404/405/501 on the gateway's own routes,
+                           unless the answer is about the model) or an HTML page came back
+                           where the API should answer: upstream.base_url is wrong (502)
     upstream_bad_response  an answer that is not what was asked for: not JSON, not an
-                           event stream for a streaming request, a redirect (502)
+                           OpenAI shape, not an event stream for a streaming request, a
+                           redirect (502)
     upstream_rate_limited  upstream 429 (429; a valid Retry-After passed on as seconds)
-    upstream_auth_failed   upstream 401/403: it refused the gateway's upstream key (502)
-    upstream_error         upstream 5xx, or an error reported inside a stream (502)
+    upstream_error         upstream 5xx, or a 200 that holds only an error (502)
     <upstream's own code>  upstream 4xx with an OpenAI error body (same status), when the
                            code is a plain identifier, e.g. model_not_found; else
                            upstream_http_<status>
-    gateway_overloaded     this process ran out of file descriptors (503)
 
-Messages say what happened in one sentence and never contain the upstream's body
-verbatim: its ``error.message`` is rewritten with the configured roots and mount
-prefixes (file names only) before it is quoted. The client keeps no cookies: one
-cookie jar would be shared by every principal. Also here: ``/models`` with a cache
+Messages name the URL, say what to change in one sentence, and never contain the
+upstream's body verbatim: its ``error.message`` is rewritten with the configured roots
+and mount prefixes (file names only) before it is quoted. Every failure is logged by
+:func:`gateway.httpclient.report` (rate-limited). Also here: ``/models`` with a cache
 that keeps serving the last good list while the upstream is down, model ids rewritten
-(vLLM names a model by its host path) and mapped back on the way in.
+(vLLM names a model by its host path) and mapped back on the way in; the readiness
+probe; and the generic calls a native relay of ``/responses`` and ``/runs`` makes
+(:meth:`Upstream.open_sse`, :meth:`Upstream.request_json`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import email.utils
-import errno
 import http.cookiejar
 import json
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import trio
 
 from gateway.config import UpstreamConfig
-from gateway.errors import GatewayError, Overloaded, UpstreamError, UpstreamHTTPError
-from gateway.leanclient import SAFE_VALUE, LeanPool, LeanResponse
-from gateway.leanclient import available as lean_available
+from gateway.errors import GatewayError, UpstreamError, UpstreamHTTPError
+from gateway.httpclient import Headers, HTTPClient, Response, accept_encoding, media_type, report
 from gateway.rewrite import rewrite, scrub_identifier
 from gateway.trust import verify_context
 
 __all__ = [
     "MAX_ERROR_BODY",
+    "JSONAnswer",
     "Models",
+    "Readiness",
     "StreamResponse",
     "Upstream",
     "close_quietly",
+    "error_for_status",
+    "metric_code",
+    "new_client",
     "retry_after_seconds",
-    "translate",
 ]
 
 log = logging.getLogger("gateway.upstream")
-R = TypeVar("R")
 
 MAX_ERROR_BODY = 64 * 1024
 MAX_RETRY_AFTER = 86400
+#: how long a readiness answer is reused (a load balancer polls every few seconds)
+READY_CACHE_SECONDS = 5.0
 _CODE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 #: the fields of a model object relayed from ``/models`` (strings rewritten)
 MODEL_FIELDS = ("id", "object", "created", "owned_by", "root", "parent", "max_model_len")
@@ -70,16 +77,21 @@ MODEL_FIELDS = ("id", "object", "created", "owned_by", "root", "parent", "max_mo
 IDENTIFIER_FIELDS = frozenset({"id", "root", "parent"})
 
 Scrub = Callable[[str], str]
-#: an open upstream stream: httpx's, or the lean client's (:mod:`gateway.leanclient`)
-StreamResponse = httpx.Response | LeanResponse
+#: an open upstream answer (:class:`gateway.httpclient.Response`)
+StreamResponse = Response
 
-#: the codes this module gives (an upstream's own 4xx codes are not among them)
+#: the codes this module and the client give (an upstream's own 4xx codes are not)
 OWN_CODES = frozenset(
     {
+        "upstream_refused",
+        "upstream_dns_failed",
         "upstream_unreachable",
+        "upstream_tls_failed",
         "upstream_timeout",
         "upstream_disconnected",
         "upstream_bad_response",
+        "upstream_wrong_path",
+        "upstream_auth_failed",
         "upstream_rate_limited",
         "upstream_error",
         "gateway_overloaded",
@@ -91,62 +103,6 @@ def metric_code(exc: GatewayError) -> str:
     """A bounded label for an upstream failure: an upstream's own code (any text it
     chose) counts as ``upstream_http_4xx``, so a hostile upstream cannot grow /metrics."""
     return exc.code if exc.code in OWN_CODES else "upstream_http_4xx"
-
-
-def fds_exhausted(exc: BaseException) -> bool:
-    """Is ``exc``, or anything it was raised from or groups, EMFILE/ENFILE?
-
-    httpx wraps the OSError in ``ConnectError``; trio's ``open_tcp_stream`` wraps the
-    failed attempts in an ``OSError`` raised from an exception group.
-    """
-    seen: set[int] = set()
-    todo: list[BaseException] = [exc]
-    while todo:
-        e = todo.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in (errno.EMFILE, errno.ENFILE):
-            return True
-        if isinstance(e, BaseExceptionGroup):
-            todo.extend(e.exceptions)
-        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
-    return False
-
-
-def translate(exc: BaseException) -> GatewayError:
-    """Map an httpx (or OS) exception to a :class:`GatewayError`."""
-    if isinstance(exc, GatewayError):
-        return exc
-    if fds_exhausted(exc):
-        return Overloaded(
-            "The gateway has too many open connections (out of file descriptors) to reach "
-            "the upstream model server; retry shortly. Operators: raise LimitNOFILE / "
-            "NumberOfFiles or lower server.max_connections."
-        )
-    if isinstance(exc, httpx.ConnectTimeout):
-        return UpstreamError(
-            "The upstream model server did not accept the connection in time.",
-            code="upstream_timeout",
-            status=504,
-        )
-    if isinstance(exc, httpx.ConnectError):
-        return UpstreamError(
-            "The upstream model server could not be reached; check [upstream] base_url.",
-            code="upstream_unreachable",
-        )
-    if isinstance(exc, httpx.TimeoutException):
-        return UpstreamError(
-            "The upstream model server stopped answering in time.",
-            code="upstream_timeout",
-            status=504,
-        )
-    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
-        return UpstreamError(
-            "The upstream model server closed the connection in the middle of the response.",
-            code="upstream_disconnected",
-        )
-    return UpstreamError("The request to the upstream model server failed.", code="upstream_error")
 
 
 def retry_after_seconds(value: str | None, now: float | None = None) -> int | None:
@@ -190,75 +146,96 @@ def _error_text(body: bytes, scrub: Scrub) -> tuple[str, str]:
     return scrub(message)[:500], code
 
 
-def _error_from_body(
-    status: int, body: bytes, retry_after: str | None, scrub: Scrub
+def _is_html(ctype: str, body: bytes) -> bool:
+    head = body[:512].lstrip().lower()
+    return ctype in ("text/html", "application/xhtml+xml") or head.startswith(
+        (b"<!doctype html", b"<html")
+    )
+
+
+_MODEL_WORD = re.compile(r"(?<![/\w-])model\b", re.IGNORECASE)
+
+
+def _about_model(message: str, code: str) -> bool:
+    """Is a 404's error about the model asked for ("The model `x` does not exist",
+    ``model_not_found``), not about the route ("Route /models not found")?"""
+    return "model" in code.lower() or _MODEL_WORD.search(message) is not None
+
+
+def wrong_path(url: str, what: str) -> UpstreamHTTPError:
+    return UpstreamHTTPError(
+        f"The upstream {url} {what}: does upstream.base_url point at the OpenAI-compatible "
+        "API (it usually ends in /v1)?",
+        code="upstream_wrong_path",
+        status=502,
+    )
+
+
+def error_for_status(
+    status: int,
+    body: bytes,
+    headers: Headers,
+    url: str,
+    scrub: Scrub,
+    *,
+    route: bool = True,
+) -> UpstreamHTTPError:
+    """The error for an answer with ``status`` (not 2xx) and ``body`` (bounded) at
+    ``url``, logged. ``route``: ``url`` is one of the API's fixed routes, so a 404 that
+    is not about the model means the route is missing (``upstream_wrong_path``); for
+    an object's URL (``/responses/{id}``) a 404 is passed on like any other 4xx."""
+    exc = _status_error(status, body, headers, url, scrub, route)
+    report(exc, url, f"HTTP {status}")
+    if 300 <= status < 400:
+        where = str(headers.get("location", ""))
+        log.info("upstream %s redirects to %s", url, scrub(where.split("?", 1)[0])[:200])
+    return exc
+
+
+def _status_error(
+    status: int, body: bytes, headers: Headers, url: str, scrub: Scrub, route: bool
 ) -> UpstreamHTTPError:
     message, code = _error_text(body, scrub)
     quoted = f" ({message})" if message else ""
-    if status in (404, 405, 501) and not message:
-        # no OpenAI-style error: not a model server's answer about the request, but a
-        # server (or a path) without this route
-        return UpstreamHTTPError(
-            f"The upstream server has no such route (HTTP {status}); check [upstream] "
-            "base_url (OpenAI-compatible servers usually end it in /v1).",
-            code="upstream_bad_response",
-            status=502,
-        )
     if status == 429:
         return UpstreamHTTPError(
-            "The upstream model server is rate limiting requests; retry later." + quoted,
+            f"The upstream {url} is rate limiting requests; retry later." + quoted,
             code="upstream_rate_limited",
             status=429,
-            retry_after=retry_after_seconds(retry_after),
+            retry_after=retry_after_seconds(headers.get("retry-after")),
         )
-    if status >= 500:
+    if status >= 500 and status != 501:
         return UpstreamHTTPError(
-            f"The upstream model server failed with HTTP {status}." + quoted,
+            f"The upstream {url} failed with HTTP {status}." + quoted,
             code="upstream_error",
-            status=502,
-        )
-    if status < 400:
-        return UpstreamHTTPError(
-            f"The upstream model server answered with a redirect (HTTP {status}); "
-            "check [upstream] base_url.",
-            code="upstream_bad_response",
             status=502,
         )
     if status in (401, 403):
         # the gateway's own upstream key was refused: not the client's key, so not a 401
         return UpstreamHTTPError(
-            f"The upstream model server refused the gateway's key (HTTP {status}); "
-            "check [upstream] api_key." + quoted,
+            f"The upstream {url} refused the gateway's key (HTTP {status}); check "
+            "upstream.api_key." + quoted,
             code="upstream_auth_failed",
             status=502,
         )
+    if _is_html(media_type(headers), body):
+        return wrong_path(url, f"answered with an HTML page (HTTP {status}), not the API")
+    if status < 400:
+        return UpstreamHTTPError(
+            f"The upstream {url} answered with a redirect (HTTP {status}); set "
+            "upstream.base_url to the address it redirects to (logged).",
+            code="upstream_bad_response",
+            status=502,
+        )
+    if route and status in (404, 405, 501) and not _about_model(message, code):
+        return wrong_path(url, f"has no such route (HTTP {status}){quoted}")
     if not _CODE.fullmatch(code) or code.startswith("gateway_"):
         code = f"upstream_http_{status}"
     return UpstreamHTTPError(
-        message or f"The upstream model server refused the request with HTTP {status}.",
+        message or f"The upstream {url} refused the request with HTTP {status}.",
         code=code,
         status=status,
     )
-
-
-class _NoCookies(httpx.Cookies):
-    """A jar that never reads ``Set-Cookie``: httpx's extraction builds two urllib
-    stand-ins and runs the stdlib cookie parser on every response (~80 µs of a
-    request's CPU here) only for the refusing policy to drop the result."""
-
-    def extract_cookies(self, response: httpx.Response) -> None:
-        return None
-
-
-def _refuse_cookies(client: httpx.AsyncClient) -> httpx.AsyncClient:
-    """Make ``client``'s jar refuse every cookie (the client serves every principal).
-
-    The jar is the client's own (httpx copies a jar handed to it): one that never
-    extracts, with a policy that refuses every cookie should one be set anyway."""
-    jar = _NoCookies()
-    jar.jar.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
-    client._cookies = jar
-    return client
 
 
 def new_client(
@@ -268,17 +245,18 @@ def new_client(
     headers: dict[str, str] | None = None,
     base_url: str = "",
 ) -> httpx.AsyncClient:
-    """An httpx client as the gateway uses them: no read timeout, no cookies, TLS trust
-    loaded on the first TLS connection (gateway.trust)."""
-    client = httpx.AsyncClient(
+    """An httpx client for the proxy's calls to the gateway and for Open WebUI: no read
+    timeout, TLS trust loaded on the first TLS connection (gateway.trust), and a cookie
+    jar that refuses every cookie (one client serves every principal)."""
+    return httpx.AsyncClient(
         base_url=base_url,
         verify=verify_context(),
         timeout=httpx.Timeout(connect_timeout, read=None),
         headers=headers,
         transport=transport,
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=100),
+        cookies=http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
     )
-    return _refuse_cookies(client)
 
 
 class Models:
@@ -331,8 +309,36 @@ class Models:
         return self._real.get(shown, shown)
 
 
+@dataclass(frozen=True)
+class Readiness:
+    """What the readiness probe found: ``code`` is ``"ok"`` or an error code."""
+
+    code: str
+    detail: str
+
+    @property
+    def ok(self) -> bool:
+        return self.code == "ok"
+
+
+@dataclass(frozen=True)
+class JSONAnswer:
+    """A complete 2xx JSON answer: its status, headers (``X-Hermes-Session-Id``...) and
+    object."""
+
+    status: int
+    headers: Headers
+    data: dict[str, Any]
+
+
+_SSE = (("Accept", "text/event-stream"), ("Accept-Encoding", "identity"))
+
+
 class Upstream:
-    """One shared httpx client to the configured upstream."""
+    """The configured upstream, through one :class:`~gateway.httpclient.HTTPClient`.
+
+    ``transport``: an ``httpx.AsyncBaseTransport`` answering instead of the network
+    (tests and the harness's replay)."""
 
     def __init__(
         self,
@@ -344,49 +350,25 @@ class Upstream:
         self.cfg = cfg
         self.base_url = cfg.base_url.rstrip("/")
         self.scrub = scrub
-        headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
-        self._client = new_client(
-            connect_timeout=cfg.connect_timeout_seconds, transport=transport, headers=headers
+        auth = [("Authorization", f"Bearer {cfg.api_key}")] if cfg.api_key else []
+        self.http = HTTPClient(
+            self.base_url,
+            headers=auth,
+            connect_timeout=cfg.connect_timeout_seconds,
+            transport=transport,
         )
         self.models_cache = Models(cfg.models_cache_seconds, scrub)
         self.first_byte_seconds = cfg.first_byte_timeout_seconds
-        # the streaming request's fixed parts, built once (build_request re-parses the
-        # URL and re-merges the client's headers on every call: ~70 µs of a request)
-        self._chat_url = httpx.URL(self.base_url + "/chat/completions")
-        fixed = httpx.Headers(self._client.headers)
-        fixed["Accept"] = "text/event-stream"
-        fixed["Accept-Encoding"] = "identity"
-        fixed["Content-Type"] = "application/json"
-        self._stream_headers = fixed.multi_items()
-        self._stream_timeout = {"timeout": self._client.timeout.as_dict()}
-        self._lean = self._lean_pool(transport, cfg.connect_timeout_seconds)
-
-    def _lean_pool(
-        self, transport: httpx.AsyncBaseTransport | None, connect_timeout: float
-    ) -> LeanPool | None:
-        """The lean client for the streaming request, where httpx would do nothing
-        more: plain HTTP, httpx's own transport, no proxy for this URL."""
-        url = self._chat_url
-        if transport is not None or url.scheme != "http" or not lean_available():
-            return None
-        client: Any = self._client
-        route = getattr(client, "_transport_for_url", None)  # httpx 0.28's (private)
-        if route is None or route(url) is not getattr(client, "_transport", None):
-            return None  # a proxy from the environment (or an unknown httpx): httpx routes it
-        fixed = [
-            (k, v) for k, v in self._stream_headers if k.lower() not in ("host", "content-length")
-        ]
-        if not all(SAFE_VALUE.fullmatch(k) and _safe_value(v) for k, v in fixed):
-            return None
-        return LeanPool(url, fixed, connect_timeout=connect_timeout)
+        self._chat_headers = (("Content-Type", "application/json"), *_SSE)
+        self._json_headers = (
+            ("Accept", "application/json"),
+            ("Accept-Encoding", accept_encoding()),
+        )
+        self._ready: tuple[float, Readiness] | None = None
+        self._ready_lock = trio.Lock()
 
     async def aclose(self) -> None:
-        if self._lean is not None:
-            await self._lean.aclose()
-        await self._client.aclose()
-
-    def _headers(self, principal_id: str) -> dict[str, str]:
-        return {"X-Gateway-Principal": principal_id}
+        await self.http.aclose()
 
     def _body(self, body: dict[str, Any]) -> dict[str, Any]:
         model = body.get("model")
@@ -394,39 +376,8 @@ class Upstream:
             return {**body, "model": self.models_cache.upstream_id(model)}
         return body
 
-    async def _send(self, req: httpx.Request, *, stream: bool) -> httpx.Response:
-        return await self._bounded(self._client.send, req, stream=stream)
-
-    async def _bounded(self, call: Callable[..., Awaitable[R]], *args: Any, **kw: Any) -> R:
-        """``call``'s answer within ``first_byte_timeout_seconds``, errors translated."""
-        try:
-            with trio.fail_after(self.first_byte_seconds):
-                return await call(*args, **kw)
-        except trio.TooSlowError:
-            raise self._too_slow() from None
-        except Exception as exc:  # httpx errors and OS errors alike
-            raise translate(exc) from exc
-
-    async def _lean_post(self, content: bytes, principal_id: str) -> LeanResponse:
-        """:meth:`_bounded` for the lean client, which keeps the bound itself (its wait
-        for the answer's head is timed by the stream clock: no cancel scope)."""
-        assert self._lean is not None
-        extra = [("X-Gateway-Principal", principal_id)]
-        deadline = trio.current_time() + self.first_byte_seconds
-        try:
-            return await self._lean.post(content, extra, principal_id, deadline=deadline)
-        except trio.TooSlowError:
-            raise self._too_slow() from None
-        except Exception as exc:  # httpx errors and OS errors alike
-            raise translate(exc) from exc
-
-    def _too_slow(self) -> UpstreamError:
-        return UpstreamError(
-            f"The upstream model server did not answer within "
-            f"{self.first_byte_seconds:g} s (upstream.first_byte_timeout_seconds).",
-            code="upstream_timeout",
-            status=504,
-        )
+    def _deadline(self, seconds: float | None = None) -> float:
+        return trio.current_time() + (self.first_byte_seconds if seconds is None else seconds)
 
     def chat_content(self, body: dict[str, Any]) -> bytes:
         """A streaming request's body as :meth:`open_chat_stream` sends it: a caller that
@@ -445,52 +396,112 @@ class Upstream:
         """
         content = body if isinstance(body, bytes) else self.chat_content(body)
         del body  # (not held while the upstream thinks)
-        resp: StreamResponse
-        if self._lean is not None and _safe_value(principal_id):
-            resp = await self._lean_post(content, principal_id)
-        else:
-            req = httpx.Request(
-                "POST",
-                self._chat_url,
-                content=content,
-                headers=[*self._stream_headers, ("X-Gateway-Principal", principal_id)],
-                extensions=dict(self._stream_timeout),
-            )
-            resp = await self._send(req, stream=True)
-        ctype = resp.headers.get("content-type", "").split(";")[0].strip().lower()
+        resp = await self.http.open(
+            "POST",
+            "/chat/completions",
+            content=content,
+            headers=(*self._chat_headers, ("X-Gateway-Principal", principal_id)),
+            key=principal_id,
+            deadline=self._deadline(),
+        )
+        return await self._event_stream(resp, route=True)
+
+    async def open_sse(
+        self,
+        method: str,
+        path: str,
+        principal_id: str,
+        *,
+        body: dict[str, Any] | bytes | None = None,
+        headers: Sequence[tuple[str, str]] = (),
+        route: bool = True,
+    ) -> StreamResponse:
+        """An event stream at ``path`` below ``base_url`` (``POST /responses`` with
+        ``stream: true``, ``GET /runs/{id}/events``): ``200 text/event-stream`` or the
+        mapped error (``route``: see :func:`error_for_status`). The caller reads it
+        (``SSESource.from_response``) and must ``aclose()`` it; its headers are
+        ``resp.headers``."""
+        resp = await self._send(method, path, principal_id, body, (*_SSE, *headers))
+        return await self._event_stream(resp, route=route)
+
+    async def request_json(
+        self,
+        method: str,
+        path: str,
+        principal_id: str,
+        *,
+        body: dict[str, Any] | bytes | None = None,
+        headers: Sequence[tuple[str, str]] = (),
+        route: bool = True,
+        limit: int = 64 * 1024 * 1024,
+    ) -> JSONAnswer:
+        """``method path`` below ``base_url`` with a JSON ``body`` (``POST /runs``,
+        ``GET /responses/{id}``, ``DELETE ...``, ``POST /runs/{id}/stop``): a 2xx JSON
+        object, else the mapped error (for an object's URL pass ``route=False``: its
+        404 is then ``upstream_http_404`` or the upstream's own code, status 404)."""
+        resp = await self._send(method, path, principal_id, body, (*self._json_headers, *headers))
+        data = await self._complete(resp, "answer", route=route, limit=limit)
+        if not isinstance(data, dict):
+            raise self._not_openai(resp.url, "answer is not a JSON object")
+        return JSONAnswer(resp.status_code, resp.headers, data)
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        principal_id: str,
+        body: dict[str, Any] | bytes | None,
+        headers: Sequence[tuple[str, str]],
+        seconds: float | None = None,
+        timeout_name: str = "upstream.first_byte_timeout_seconds",
+    ) -> Response:
+        content = b""
+        extra = [*headers, ("X-Gateway-Principal", principal_id)] if principal_id else [*headers]
+        if body is not None:
+            content = body if isinstance(body, bytes) else _json_bytes(self._body(body))
+            extra.append(("Content-Type", "application/json"))
+        return await self.http.open(
+            method,
+            path,
+            content=content,
+            headers=extra,
+            key=principal_id,
+            deadline=self._deadline(seconds),
+            timeout_name=timeout_name,
+        )
+
+    async def _event_stream(self, resp: Response, *, route: bool) -> Response:
+        ctype = media_type(resp.headers)
         if resp.status_code == 200 and ctype == "text/event-stream":
             return resp
         try:
-            data = await _read_bounded(resp)
+            data = await resp.read_prefix(MAX_ERROR_BODY)
         finally:
             await resp.aclose()
         if resp.status_code != 200:
-            raise _error_from_body(
-                resp.status_code, data, resp.headers.get("retry-after"), self.scrub
+            raise error_for_status(
+                resp.status_code, data, resp.headers, resp.url, self.scrub, route=route
             )
-        raise UpstreamError(
-            f"The upstream model server answered a streaming request with "
-            f"{ctype or 'no content type'}, not an event stream; check [upstream] base_url.",
+        if _is_html(ctype, data):
+            raise _reported(wrong_path(resp.url, "answered with an HTML page, not the API"), resp)
+        raise self._not_openai(
+            resp.url, f"answered a streaming request with {ctype or 'no content type'}"
+        )
+
+    def _not_openai(self, url: str, what: str) -> UpstreamError:
+        exc = UpstreamError(
+            f"The upstream {url} {what}, not what an OpenAI-compatible API sends; check "
+            "upstream.base_url.",
             code="upstream_bad_response",
         )
+        report(exc, url)
+        return exc
 
     async def chat(self, body: dict[str, Any], principal_id: str) -> dict[str, Any]:
         """A non-streaming chat completion."""
-        req = self._client.build_request(
-            "POST",
-            self.base_url + "/chat/completions",
-            json=self._body(body),
-            headers=self._headers(principal_id),
-            timeout=httpx.Timeout(
-                self.cfg.connect_timeout_seconds, read=self.cfg.idle_timeout_seconds
-            ),
-        )
-        resp = await self._send(req, stream=True)
-        try:
-            data = await _read_bounded(resp, limit=64 * 1024 * 1024, strict=True)
-        finally:
-            await resp.aclose()
-        return self._json_object(resp, data, "answer")
+        resp = await self._send("POST", "/chat/completions", principal_id, body, self._json_headers)
+        data = await self._complete(resp, "answer")
+        return self._answer(resp, data, "answer")
 
     async def models(self) -> dict[str, Any]:
         """``GET /models``, cached; the last good list while the upstream is down."""
@@ -500,13 +511,7 @@ class Upstream:
         if fresh is not None:
             return fresh
         try:
-            req = self._client.build_request("GET", self.base_url + "/models", timeout=10.0)
-            resp = await self._send(req, stream=True)
-            try:
-                data = await _read_bounded(resp, limit=8 * 1024 * 1024, strict=True)
-            finally:
-                await resp.aclose()
-            listing = self._json_object(resp, data, "model list")
+            listing = await self.model_list(10.0)
         except GatewayError:
             if cache.last_good is not None:
                 log.warning("the upstream's model list is unavailable; serving the last good one")
@@ -514,58 +519,82 @@ class Upstream:
             raise
         return cache.store(listing, now)
 
-    async def probe(self, limit_seconds: float = 2.0) -> str:
-        """Readiness probe: ``"ok"`` when the upstream answers ``GET /models`` at all,
-        ``"key refused"`` when it refuses the gateway's key (every request would fail),
-        else ``"unreachable"``."""
-        try:
-            with trio.move_on_after(limit_seconds):
-                resp = await self._client.get(self.base_url + "/models", timeout=limit_seconds)
-                if resp.status_code in (401, 403):
-                    return "key refused"
-                return "ok" if resp.status_code < 500 else "unreachable"
-        except Exception:
-            return "unreachable"
-        return "unreachable"
+    async def model_list(self, seconds: float) -> dict[str, Any]:
+        """``GET /models`` checked for an OpenAI model list (``{"data": [...]}``)."""
+        resp = await self._send(
+            "GET", "/models", "", None, self._json_headers, seconds, f"a {seconds:g} s bound"
+        )
+        data = await self._complete(resp, "model list", limit=8 * 1024 * 1024)
+        listing = self._answer(resp, data, "model list")
+        if not isinstance(listing.get("data"), list):
+            raise self._not_openai(resp.url, "answered without a model list (no data: [...])")
+        return listing
 
-    def _json_object(self, resp: httpx.Response, body: bytes, what: str) -> dict[str, Any]:
-        """The JSON object of a complete upstream response, or the matching error."""
-        if resp.status_code >= 300:
-            raise _error_from_body(
-                resp.status_code, body, resp.headers.get("retry-after"), self.scrub
-            )
+    async def probe(self, limit_seconds: float = 2.0) -> Readiness:
+        """Readiness: does ``base_url`` answer an OpenAI-shaped model list within
+        ``limit_seconds``? The answer is reused for :data:`READY_CACHE_SECONDS` (one
+        probe at a time, whoever asks)."""
+        async with self._ready_lock:
+            now = trio.current_time()
+            if self._ready is not None and now - self._ready[0] < READY_CACHE_SECONDS:
+                return self._ready[1]
+            try:
+                with trio.fail_after(limit_seconds * 2):  # (the client bounds it first)
+                    await self.model_list(limit_seconds)
+                found = Readiness("ok", "")
+            except GatewayError as exc:
+                found = Readiness(exc.code, exc.message)
+            except trio.TooSlowError:
+                found = Readiness("upstream_timeout", "the readiness probe timed out")
+            self._ready = (trio.current_time(), found)
+            return found
+
+    async def _complete(
+        self, resp: Response, what: str, *, route: bool = True, limit: int = 64 * 1024 * 1024
+    ) -> Any:
+        """The JSON of a complete answer (each read within the idle timeout), or the
+        matching error; the response is closed."""
         try:
-            data = json.loads(body)
+            if resp.status_code >= 300:
+                body = await resp.read_prefix(MAX_ERROR_BODY)
+                raise error_for_status(
+                    resp.status_code, body, resp.headers, resp.url, self.scrub, route=route
+                )
+            body = await resp.read(limit, idle_timeout=self.cfg.idle_timeout_seconds)
+        finally:
+            await resp.aclose()
+        try:
+            return json.loads(body)
         except RecursionError as exc:
-            raise UpstreamError(
-                f"The upstream model server's {what} is nested too deeply to read.",
-                code="upstream_bad_response",
-            ) from exc
+            raise self._not_openai(resp.url, f"sent a {what} nested too deeply to read") from exc
         except ValueError as exc:
-            raise UpstreamError(
-                f"The upstream model server's {what} is not JSON.", code="upstream_bad_response"
-            ) from exc
+            if _is_html(media_type(resp.headers), body):
+                raise _reported(
+                    wrong_path(resp.url, "answered with an HTML page, not the API"), resp
+                ) from exc
+            raise self._not_openai(resp.url, f"sent a {what} that is not JSON") from exc
+
+    def _answer(self, resp: Response, data: Any, what: str) -> dict[str, Any]:
+        """``data`` as an answer object, or the matching error."""
         if not isinstance(data, dict):
-            raise UpstreamError(
-                f"The upstream model server's {what} is not a JSON object.",
-                code="upstream_bad_response",
-            )
+            raise self._not_openai(resp.url, f"sent a {what} that is not a JSON object")
         answered = bool(data.get("choices")) or "output" in data or "data" in data
         if not answered and (data.get("error") is not None or data.get("object") == "error"):
             # HTTP 200 with only an error: a failure, not an empty success
-            message = _error_text(body, self.scrub)[0]
-            raise UpstreamHTTPError(
-                f"The upstream model server sent an error as its {what}."
+            message = _error_text(json.dumps(data).encode(), self.scrub)[0]
+            exc = UpstreamHTTPError(
+                f"The upstream {resp.url} sent an error as its {what}."
                 + (f" ({message})" if message else ""),
                 code="upstream_error",
                 status=502,
             )
+            raise _reported(exc, resp)
         return data
 
 
-def _safe_value(value: str) -> bool:
-    """A header value the lean client writes as it is (visible ASCII, spaces inside)."""
-    return bool(value) and value.isascii() and value.isprintable() and value == value.strip()
+def _reported(exc: UpstreamHTTPError, resp: Response) -> UpstreamHTTPError:
+    report(exc, resp.url)
+    return exc
 
 
 #: httpx's ``json=`` encoding, made once (``json.dumps`` with options makes one a call)
@@ -575,22 +604,6 @@ _REQUEST_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allo
 def _json_bytes(body: dict[str, Any]) -> bytes:
     """A request body as httpx's ``json=`` encodes it."""
     return _REQUEST_JSON.encode(body).encode()
-
-
-async def _read_bounded(
-    resp: StreamResponse, limit: int = MAX_ERROR_BODY, *, strict: bool = False
-) -> bytes:
-    """Up to ``limit`` bytes of a body; ``strict``: a broken read is an error, not the end."""
-    out = bytearray()
-    try:
-        async for chunk in resp.aiter_bytes():
-            out += chunk
-            if len(out) > limit:
-                break
-    except httpx.HTTPError as exc:
-        if strict:
-            raise translate(exc) from exc
-    return bytes(out)
 
 
 async def close_quietly(resp: StreamResponse, limit_seconds: float = 2.0) -> None:

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from gateway import __version__
-from gateway.cli import config, db, keys, ops, serve, service
+from gateway.cli import config, db, doctor, keys, ops, serve, service
 from gateway.cli.common import err
 from gateway.errors import ConfigError
 from gateway.lock import EXIT_USAGE
@@ -30,6 +30,7 @@ examples:
   gateway config check --config gateway.toml    validate; print the effective settings
   gateway run --config gateway.toml             the API server
   gateway health http://127.0.0.1:8642/health --wait
+  gateway doctor --config gateway.toml          upstream, Open WebUI, database: ok?
 
 exit status: 0 ok; 1 a failed check or runtime error; 2 bad configuration or
 invocation; 3 another instance already holds the state directory.
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (serve, config, db, keys, ops, service):
+    for module in (serve, config, db, keys, ops, service, doctor):
         module.register(sub)
     return ap
 

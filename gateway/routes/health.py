@@ -29,14 +29,13 @@ async def health() -> Response:
 async def ready() -> Response:
     st = current()
     upstream = await st.upstream.probe()
-    upstream_ok = upstream == "ok"
     store_ok = await trio.to_thread.run_sync(st.store.check_writable)
-    checks = {
-        "upstream": upstream,
-        "store": "ok" if store_ok else "not writable",
-        "draining": st.draining.is_set(),
-    }
-    ok = upstream_ok and store_ok and not st.draining.is_set()
+    checks: dict[str, object] = {"upstream": upstream.code}
+    if not upstream.ok:  # what is wrong and what to change, in one sentence
+        checks["upstream_detail"] = upstream.detail
+    checks["store"] = "ok" if store_ok else "not writable"
+    checks["draining"] = st.draining.is_set()
+    ok = upstream.ok and store_ok and not st.draining.is_set()
     return json_response(
         {"status": "ready" if ok else "unready", "version": __version__, "checks": checks},
         200 if ok else 503,

@@ -965,14 +965,16 @@ async def test_upstream_unreachable(nursery: trio.Nursery, tmp_path: Path) -> No
                 CHAT, json={"model": "demo", "messages": MESSAGES, "stream": stream}
             )
             assert resp.status_code == 502
-            assert resp.json()["error"]["code"] == "upstream_unreachable"
+            assert resp.json()["error"]["code"] == "upstream_refused"
+            assert cfg.upstream.base_url in resp.json()["error"]["message"]
             assert_clean_error_body(resp.text, tmp_path)
         resp = await c.get("/v1/models")
         assert resp.status_code == 502
-        assert resp.json()["error"]["code"] == "upstream_unreachable"
+        assert resp.json()["error"]["code"] == "upstream_refused"
         ready = await c.get("/health/ready")
         assert ready.status_code == 503
-        assert ready.json()["checks"]["upstream"] == "unreachable"
+        assert ready.json()["checks"]["upstream"] == "upstream_refused"
+        assert "refused the connection" in ready.json()["checks"]["upstream_detail"]
         live = await c.get("/health")
         assert live.status_code == 200
 

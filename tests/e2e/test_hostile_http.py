@@ -597,20 +597,18 @@ def test_request_json_rules() -> None:
 def test_out_of_descriptors_is_seen_through_the_wrappers() -> None:
     import errno
 
-    from gateway.upstream import fds_exhausted, translate
+    from gateway.httpclient import Origin, connect_error, fds_exhausted
 
+    origin = Origin.parse("http://127.0.0.1:9/v1")
     emfile = OSError(errno.EMFILE, "Too many open files")
     try:
-        try:
-            raise OSError("all attempts to connect to 127.0.0.1:9 failed") from ExceptionGroup(
-                "attempts", [emfile]
-            )
-        except OSError as exc:
-            raise httpx.ConnectError("connect failed") from exc
-    except httpx.ConnectError as wrapped:
+        raise OSError("all attempts to connect to 127.0.0.1:9 failed") from ExceptionGroup(
+            "attempts", [emfile]
+        )
+    except OSError as wrapped:
         assert fds_exhausted(wrapped)
-        err = translate(wrapped)
+        err = connect_error(wrapped, origin, origin.url("/models"))
     assert err.code == "gateway_overloaded" and err.status == 503
-    refused = httpx.ConnectError("refused")
+    refused = OSError("all attempts to connect to 127.0.0.1:9 failed")
     refused.__cause__ = ConnectionRefusedError(errno.ECONNREFUSED, "refused")
-    assert translate(refused).code == "upstream_unreachable"
+    assert connect_error(refused, origin, origin.url()).code == "upstream_refused"

@@ -143,11 +143,16 @@ async def test_a_200_that_is_not_an_event_stream(nursery: trio.Nursery, tmp_path
     transport = ScriptedTransport(lambda req: answers.pop(0))
     gw = await start_gateway(nursery, make_config(tmp_path, SCRIPTED_URL), transport=transport)
     async with gw.client() as c:
-        for what in ("text/html", "application/json", "redirect"):
+        for what, code in (
+            ("text/html", "upstream_wrong_path"),  # a web page: base_url is not the API
+            ("application/json", "upstream_bad_response"),
+            ("redirect", "upstream_bad_response"),
+        ):
             resp = await stream(c)
             assert resp.status_code == 502, (what, resp.text)
             err = resp.json()["error"]
-            assert err["code"] == "upstream_bad_response", what
+            assert err["code"] == code, what
+            assert "upstream.base_url" in err["message"]
             assert "/Users/" not in resp.text and "elsewhere" not in resp.text
 
 
@@ -194,18 +199,19 @@ async def test_a_refused_upstream_key_is_not_the_clients_401(
             resp = await stream(c)
             assert resp.status_code == 502, resp.text
             err = resp.json()["error"]
-            assert err["code"] == "upstream_auth_failed" and "[upstream] api_key" in err["message"]
+            assert err["code"] == "upstream_auth_failed" and "upstream.api_key" in err["message"]
         sync = await c.post(CHAT, json={"model": "m", "messages": MESSAGES})
         assert sync.status_code == 502 and sync.json()["error"]["code"] == "upstream_auth_failed"
         # not ready: every request would fail, and the check says why
         ready = await c.get("/health/ready")
         assert ready.status_code == 503, ready.text
-        assert ready.json()["checks"]["upstream"] == "key refused"
+        assert ready.json()["checks"]["upstream"] == "upstream_auth_failed"
+        assert "upstream.api_key" in ready.json()["checks"]["upstream_detail"]
 
 
 async def test_a_base_url_without_the_api_says_so(nursery: trio.Nursery, tmp_path: Path) -> None:
     """A web server that is not the model server's API (``base_url`` without ``/v1``, a
-    static file server): its HTML 404/405/501 is ``upstream_bad_response`` naming
+    static file server): its HTML 404/405/501 is ``upstream_wrong_path`` naming
     ``base_url``, not an ``upstream_http_404`` a client reads as "no such model"; a JSON
     404 with a message (vLLM's unknown model) is still passed on."""
     html = b"<html><body><h1>Error response</h1><p>Error code: 501</p></body></html>"
@@ -226,9 +232,11 @@ async def test_a_base_url_without_the_api_says_so(nursery: trio.Nursery, tmp_pat
             resp = await stream(c)
             assert resp.status_code == 502, resp.text
             err = resp.json()["error"]
-            assert err["code"] == "upstream_bad_response" and "base_url" in err["message"]
+            assert err["code"] == "upstream_wrong_path" and "base_url" in err["message"]
+            assert "/v1" in err["message"]
         listing = await c.get("/v1/models")
         assert listing.status_code == 502 and "base_url" in listing.json()["error"]["message"]
+        assert listing.json()["error"]["code"] == "upstream_wrong_path"
         known = await c.post(CHAT, json={"model": "vllm", "messages": MESSAGES})
         assert known.status_code == 404 and "does not exist" in known.json()["error"]["message"]
 

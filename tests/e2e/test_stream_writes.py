@@ -21,7 +21,7 @@ from gateway.sse import DONE
 from harness.transport import Scripted, ScriptedTransport
 from tests.conftest import make_config, start_gateway
 from tests.e2e.test_hostile_upstream import CHAT, MESSAGES, SCRIPTED_URL, chunk
-from tests.unit.test_leanbody import HEAD, raw_server
+from tests.upstream_server import HEAD, raw_server
 
 
 def record_writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
