@@ -17,6 +17,9 @@ allowlist).
   every string rewritten);
 * :class:`Named`: an unknown named SSE event (``event: hermes.tool.progress``) whose
   name is checked by shape and whose data has every string rewritten;
+* :class:`ToolProgress` (an agent's own tool starting or done: not a call for the
+  client to make) and :class:`ToolResult` (a tool's output), from an agent's native
+  APIs and its tool-progress events;
 * :class:`Boundary`: where one upstream chunk ended (the chat front keeps the
   upstream's chunking of the text, whatever the reads were).
 
@@ -43,6 +46,8 @@ __all__ = [
     "Text",
     "TextLog",
     "ToolCall",
+    "ToolProgress",
+    "ToolResult",
     "Usage",
 ]
 
@@ -93,6 +98,27 @@ class ToolCall:
     id: str | None = None
     name: str | None = None
     legacy: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolProgress:
+    """The agent runs one of its own tools (it executes it; the client has nothing to
+    do). ``index`` numbers the answer's tools from 0; ``status`` is ``started``,
+    ``completed`` or ``failed``; ``preview`` (rewritten) says what the tool works on."""
+
+    index: int
+    name: str
+    status: str
+    preview: str = ""
+    duration: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool call returned (a Responses ``function_call_output``), rewritten."""
+
+    call_id: str
+    output: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +187,8 @@ Event = (
     | Usage
     | Extra
     | Named
+    | ToolProgress
+    | ToolResult
     | Attachments
     | Boundary
 )

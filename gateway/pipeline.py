@@ -52,6 +52,7 @@ from gateway.events import (
     Role,
     Text,
     ToolCall,
+    ToolProgress,
     Usage,
 )
 from gateway.paths import (
@@ -93,6 +94,8 @@ _LOWEST = -sys.float_info.max
 MAX_TOOL_CALLS = 1024
 #: the Hermes agent's named event of a tool's progress (reports the files it writes)
 TOOL_PROGRESS = "hermes.tool.progress"
+#: its ``status`` values as :class:`~gateway.events.ToolProgress` statuses
+_PROGRESS_STATUS = {"running": "started", "completed": "completed", "failed": "failed"}
 #: bounds of the scrubbed model ids kept per app (PipelineSettings.identifiers)
 IDENTIFIER_CACHE_SIZE = 256
 IDENTIFIER_CACHE_CHARS = 256
@@ -373,6 +376,8 @@ class ChatPipeline(Scrubber):
         #: it was learnt under (see _from_template)
         self._template: tuple[str, str, tuple[object, ...] | None] | None = None
         self._template_tries = TEMPLATE_TRIES
+        #: the agent's tools seen so far (Hermes's toolCallId → the answer's tool number)
+        self._tool_numbers: dict[str, int] = {}
         self.meta = Meta(id="chatcmpl-" + secrets.token_hex(12), created=int(time.time()))
 
     # -- streaming -----------------------------------------------------------------
@@ -583,8 +588,32 @@ class ChatPipeline(Scrubber):
             data = {"data": data}
         if checked == TOOL_PROGRESS:  # a tool's start names the file it will write
             self.resolver.report(paths_in(tool_progress_texts(data), self.settings.detector))
-        clean = {k: v for k, v in data.items() if k not in CLIENT_KEYS}
-        return [Named(checked, await self.value(clean))]
+        clean = await self.value({k: v for k, v in data.items() if k not in CLIENT_KEYS})
+        events: list[Event] = [Named(checked, clean)]
+        if checked == TOOL_PROGRESS:
+            progress = self._tool_progress(clean)
+            if progress is not None:
+                events.append(progress)
+        return events
+
+    def _tool_progress(self, data: dict[str, Any]) -> ToolProgress | None:
+        """Hermes's ``hermes.tool.progress`` (its rewritten data) as the neutral event the
+        runs and Open WebUI fronts show: the tool's name checked by shape, its call id
+        turned into the answer's tool number."""
+        name = check_name(data.get("tool"))
+        status = _PROGRESS_STATUS.get(data.get("status"))  # type: ignore[arg-type]
+        if name is None or status is None:
+            return None
+        key = data.get("toolCallId")
+        key = key if isinstance(key, str) else name
+        index = self._tool_numbers.get(key)
+        if index is None:
+            if len(self._tool_numbers) >= MAX_TOOL_CALLS:
+                return None
+            index = self._tool_numbers[key] = len(self._tool_numbers)
+        label = data.get("label")
+        preview = label if isinstance(label, str) and status == "started" else ""
+        return ToolProgress(index, name, status, preview)
 
     async def chunk(self, obj: dict[str, Any]) -> list[Event]:
         """One ``chat.completion.chunk`` object → events."""

@@ -30,6 +30,8 @@ from gateway.events import (
     Text,
     TextLog,
     ToolCall,
+    ToolProgress,
+    ToolResult,
     Usage,
 )
 from gateway.sse import DONE, UNPAIRED, encode_comment, encode_json
@@ -244,6 +246,8 @@ class ChatEncoder:
         """One event into the chunk being built (flushed into ``parts`` at its end)."""
         if type(ev) is Boundary:
             return self._flush(chunk, parts)
+        if type(ev) is ToolProgress or type(ev) is ToolResult:
+            return chunk  # the agent's own tools: relayed as its named events, if at all
         if type(ev) is Meta:
             self.meta = ev
             self._prefix = None

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from gateway.errors import GatewayError
-from gateway.events import Attachments, Event, Extra, Meta, Role, Text, ToolCall
+from gateway.events import Attachments, Event, Extra, Meta, Role, Text, ToolCall, ToolProgress
 from gateway.fronts.chat import ChatEncoder
 from gateway.rewrite import md_escape
 from gateway.sse import encode_json
@@ -84,15 +84,33 @@ class OpenWebUIEncoder(ChatEncoder):
 
     def encode(self, events: list[Event]) -> bytes:
         kept: list[Event] = []
+        status: list[bytes] = []
         for e in events:
             if isinstance(e, Attachments):
                 self.files.extend(e.files)
+            elif type(e) is ToolProgress:
+                status.append(self._status(e))
             elif type(e) is not Meta and type(e) is not ToolCall and type(e) is not Extra:
                 # the model is the one Open WebUI asked for, whatever the gateway reports;
                 # no operator extra keys either (Open WebUI acts on chunk keys besides
                 # choices)
                 kept.append(e)
-        return super().encode(kept)
+        return super().encode(kept) + b"".join(status)
+
+    def _status(self, ev: ToolProgress) -> bytes:
+        """An Open WebUI ``status`` event (shown above the answer while it runs): the
+        tool's name and what it works on (names only: the proxy's stage rewrote it)."""
+        what = f"{ev.name}: {ev.preview}" if ev.preview else ev.name
+        data = {"description": what[:200], "done": ev.status != "started"}
+        chunk = {
+            "id": self.meta.id,
+            "object": "chat.completion.chunk",
+            "created": self.meta.created,
+            "model": self.meta.model,
+            "choices": [],
+            "event": {"type": "status", "data": data},
+        }
+        return encode_json(chunk)
 
     def _footer(self, manifest: dict[str, Any]) -> list[Event]:
         artifacts = manifest.get("artifacts") or []

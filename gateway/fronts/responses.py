@@ -4,9 +4,12 @@ Sequence (every event carries ``sequence_number``): ``response.created``,
 ``response.in_progress``, ``response.output_item.added`` (the assistant message,
 output_index 0), ``response.content_part.added``, ``response.output_text.delta``…,
 then per tool call a ``function_call`` item (``output_item.added``,
-``function_call_arguments.delta``…), and at the end ``response.output_text.done``,
-``response.content_part.done``, ``response.output_item.done``, the function calls'
-``.done`` events, and ``response.completed`` — or ``response.incomplete`` when the
+``function_call_arguments.delta``…) and, when the agent ran the tool itself (an
+agent's native Responses API), its ``function_call_output`` item once the result is
+there (the call's ``.done`` events first), and at the end
+``response.output_text.done``, ``response.content_part.done``,
+``response.output_item.done``, the open function calls' ``.done`` events, and
+``response.completed`` — or ``response.incomplete`` when the
 model stopped at its token limit or a content filter, or ``response.failed``. The
 done/completed events carry the rewritten text and the artifact manifest
 (``response.gateway``), never a raw path.
@@ -25,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.errors import GatewayError, RequestError
-from gateway.events import Event, Finish, Text, TextLog, ToolCall, Usage
+from gateway.events import Event, Finish, Text, TextLog, ToolCall, ToolResult, Usage
 from gateway.sse import encode_comment, encode_json
 
 __all__ = [
@@ -158,6 +161,7 @@ class _Call:
         self.call_id = call_id
         self.name = name
         self.arguments: list[str] = []
+        self.closed = False
 
     def item(self, status: str) -> dict[str, Any]:
         return {
@@ -242,6 +246,8 @@ class ResponsesEncoder:
         self.seq = 0
         self._text = TextLog()
         self._calls: dict[int, _Call] = {}
+        #: items closed before the end (calls with their result, the results), in order
+        self._items: list[tuple[int, dict[str, Any]]] = []
         self._next_index = 1
         self._reason: str | None = None
         self.usage: dict[str, Any] | None = None
@@ -319,6 +325,8 @@ class ResponsesEncoder:
                 )
             elif type(ev) is ToolCall and ev.choice == 0:
                 out.extend(self._tool(ev))
+            elif type(ev) is ToolResult:
+                out.extend(self._result(ev))
             elif type(ev) is Usage:
                 self.usage = usage_from_chat(ev.usage)
             elif type(ev) is Finish and ev.choice == 0:
@@ -351,6 +359,40 @@ class ResponsesEncoder:
             )
         return out
 
+    def _close_call(self, call: _Call) -> list[dict[str, Any]]:
+        call.closed = True
+        item = call.item("completed")
+        self._items.append((call.output_index, item))
+        return [
+            self._ev(
+                "response.function_call_arguments.done",
+                item_id=call.item_id,
+                output_index=call.output_index,
+                arguments="".join(call.arguments),
+            ),
+            self._ev("response.output_item.done", output_index=call.output_index, item=item),
+        ]
+
+    def _result(self, ev: ToolResult) -> list[dict[str, Any]]:
+        """A tool's output: its call's ``.done`` events, then the output item."""
+        out: list[dict[str, Any]] = []
+        for call in self._calls.values():
+            if call.call_id == ev.call_id and not call.closed:
+                out += self._close_call(call)
+        index = self._next_index
+        self._next_index += 1
+        item = {
+            "id": "fco_" + secrets.token_hex(12),
+            "type": "function_call_output",
+            "call_id": ev.call_id,
+            "output": ev.output,
+            "status": "completed",
+        }
+        self._items.append((index, item))
+        out.append(self._ev("response.output_item.added", output_index=index, item=item))
+        out.append(self._ev("response.output_item.done", output_index=index, item=item))
+        return out
+
     def _close_items(self, status: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         text = self._text.text()
         part = {"type": "output_text", "text": text, "annotations": []}
@@ -361,21 +403,10 @@ class ResponsesEncoder:
             self._ev("response.content_part.done", **ids, part=part),
             self._ev("response.output_item.done", output_index=0, item=message),
         ]
-        output = [message]
         for call in sorted(self._calls.values(), key=lambda c: c.output_index):
-            out.append(
-                self._ev(
-                    "response.function_call_arguments.done",
-                    item_id=call.item_id,
-                    output_index=call.output_index,
-                    arguments="".join(call.arguments),
-                )
-            )
-            item = call.item("completed")
-            out.append(
-                self._ev("response.output_item.done", output_index=call.output_index, item=item)
-            )
-            output.append(item)
+            if not call.closed:
+                out += self._close_call(call)
+        output = [message, *(item for _, item in sorted(self._items, key=lambda x: x[0]))]
         return out, output
 
     def end_events(self, events: list[Event], manifest: dict[str, Any]) -> list[dict[str, Any]]:

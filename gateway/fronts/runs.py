@@ -2,7 +2,9 @@
 
 A run's events are JSON objects ``{"event", "run_id", "seq", ...}`` with sequence
 numbers 1, 2, …: ``run.started``, ``message.delta`` (one per upstream read: the text
-of the batch), ``tool.started``, ``tool.completed`` (with the whole arguments),
+of the batch), ``tool.started``, ``tool.completed`` (a tool call the model asks the
+client to make: with the whole arguments; the agent's own tool: ``preview`` when it
+starts, ``duration`` and ``error`` when it is done),
 ``run.completed`` (output, usage, artifact manifest), ``run.failed`` (error, output,
 manifest) and ``run.cancelled``. The run executor journals them and followers read
 them back as SSE (:func:`run_sse`: ``id: <seq>`` + one-line JSON), so a client that
@@ -15,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.errors import GatewayError, Interrupted, RequestError, RunLogFull
-from gateway.events import Event, Finish, Text, ToolCall, Usage
+from gateway.events import Event, Finish, Text, ToolCall, ToolProgress, Usage
 from gateway.fronts.chat import SAMPLING_KEYS
 from gateway.sse import encode_json
 
@@ -106,6 +108,9 @@ class RunEncoder:
             elif type(ev) is ToolCall and ev.choice == 0:
                 self._flush(text, out)
                 self._tool(ev, out)
+            elif type(ev) is ToolProgress:
+                self._flush(text, out)
+                self._progress(ev, out)
             elif type(ev) is Usage:
                 self.usage = ev.usage
             elif type(ev) is Finish and ev.choice == 0:
@@ -132,6 +137,22 @@ class RunEncoder:
             out.append(self._ev("tool.started", tool_call_id=call_id, name=state["name"]))
         if ev.arguments:
             state["arguments"].append(ev.arguments)
+
+    def _progress(self, ev: ToolProgress, out: list[dict[str, Any]]) -> None:
+        """The agent's own tool: ``tool.started`` (with its preview), then
+        ``tool.completed`` (its duration, and whether it failed)."""
+        if not self._room():
+            return
+        call_id = f"tool_{ev.index}"
+        if ev.status == "started":
+            out.append(
+                self._ev("tool.started", tool_call_id=call_id, name=ev.name, preview=ev.preview)
+            )
+            return
+        fields: dict[str, Any] = {"error": ev.status == "failed"}
+        if ev.duration is not None:
+            fields["duration"] = ev.duration
+        out.append(self._ev("tool.completed", tool_call_id=call_id, name=ev.name, **fields))
 
     def _complete_tools(self, out: list[dict[str, Any]]) -> None:
         for state in self._tools.values():

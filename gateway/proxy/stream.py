@@ -24,11 +24,11 @@ import httpx
 import trio
 
 from gateway.errors import GatewayError, UpstreamError
-from gateway.events import Attachments, Event, Text, Usage
+from gateway.events import Attachments, Event, Text, ToolProgress, Usage
 from gateway.paths import DEFAULT_MAX_PATH_CHARS
 from gateway.proxy.delivery import Delivery
 from gateway.rewrite import StreamRewriter, rewrite
-from gateway.shapes import check_usage, loads_bounded
+from gateway.shapes import check_name, check_usage, loads_bounded
 from gateway.sources import abandon
 from gateway.sse import SSEDecoder
 
@@ -266,6 +266,10 @@ class RunEventStage:
                 if text:
                     self.text.append(text)
                     events.append(Text(0, "content", text))
+            elif kind in ("tool.started", "tool.completed"):
+                progress = self._progress(ev)
+                if progress is not None:
+                    events.append(progress)
             elif kind == "run.completed":
                 self._take_manifest(ev.get("gateway"))
                 usage = check_usage(ev.get("usage"))
@@ -280,6 +284,21 @@ class RunEventStage:
                 self._take_manifest(ev.get("gateway"))
                 return Step(events, error=self._error(ev))
         return Step(events)
+
+    def _progress(self, ev: dict[str, Any]) -> ToolProgress | None:
+        """The agent's tool starting or done (its name checked, its preview names only)."""
+        name = check_name(ev.get("name"))
+        call = ev.get("tool_call_id")
+        if name is None or not isinstance(call, str) or not call.startswith("tool_"):
+            return None  # a tool call the model asked the client to make: not shown
+        index = call[5:]
+        if not (index.isascii() and index.isdigit() and len(index) < 6):
+            return None
+        preview = ev.get("preview")
+        text = self.scrub(preview)[:200] if isinstance(preview, str) else ""
+        if ev.get("event") == "tool.started":
+            return ToolProgress(int(index), name, "started", text)
+        return ToolProgress(int(index), name, "failed" if ev.get("error") is True else "completed")
 
     def _take_manifest(self, value: Any) -> None:
         arts = value.get("artifacts") if isinstance(value, dict) else None

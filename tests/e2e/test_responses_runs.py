@@ -734,9 +734,15 @@ async def test_run_completed_carries_output_usage_manifest(
         kinds = [e["event"] for e in events]
         assert kinds[0] == "run.started" and kinds[-1] == "run.completed"
         assert kinds.count("run.completed") == 1
-        (tool_started,) = [e for e in events if e["event"] == "tool.started"]
-        (tool_done,) = [e for e in events if e["event"] == "tool.completed"]
+        # the model's tool call (with its arguments), and the agent's own tool progress
+        # (hermes.tool.progress: tool_<n>, its preview a name or a link)
+        calls = [e for e in events if e["event"].startswith("tool.")]
+        asked = [e for e in calls if not e["tool_call_id"].startswith("tool_")]
+        (tool_started,) = [e for e in asked if e["event"] == "tool.started"]
+        (tool_done,) = [e for e in asked if e["event"] == "tool.completed"]
         assert tool_started["name"] == tool_done["name"] == "write_file"
+        own = [(e["event"], e["name"]) for e in calls if e["tool_call_id"].startswith("tool_")]
+        assert own and all(name for _, name in own)
         arguments = json.loads(tool_done["arguments"])
         assert arguments["path"].startswith(BASE + "/v1/artifacts/")  # a link, not a path
         end = events[-1]
@@ -1120,14 +1126,14 @@ async def test_run_log_full_ends_with_run_failed_and_manifest(
     manifest cover every logged delta (a link minted before the cut is listed)."""
     upstream = await start_demo_upstream(nursery, tmp_path, chunk_delay=0.01)
     files = upstream.app.demo_files
-    cfg = make_config(tmp_path, upstream.url + "/v1", limits={"run_log_max_events": 5})
+    cfg = make_config(tmp_path, upstream.url + "/v1", limits={"run_log_max_events": 8})
     gw = await start_gateway(nursery, cfg)
     async with gw.client() as c:
         got = await c.post(RUNS, json={"model": "demo", "input": "Make me a report."})
         run_id = got.json()["run_id"]
         events = run_events(await read_sse(c, "GET", f"{RUNS}/{run_id}/events"))
         s = await summary(c, run_id)
-    assert [e["seq"] for e in events] == [1, 2, 3, 4, 5, 6]
+    assert [e["seq"] for e in events] == list(range(1, 10))
     final = events[-1]
     assert final["event"] == "run.failed" and final["error"]["code"] == "run_log_full"
     text = "".join(e["delta"] for e in events if e["event"] == "message.delta")
