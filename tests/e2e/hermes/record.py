@@ -539,11 +539,15 @@ def write_cassette(
         expect["names_only"] = s.names_only
     expect["never"] = [str(BASE)]
     if s.api == "chat":  # relayed on the chat front only (none on Responses and runs)
-        expect["named_events"] = [] if s.front != "chat" else [
-            "hermes.tool.progress"
-            for ev in cassette_mod.split_events(rec.body.decode())
-            if ev.startswith("event: hermes.tool.progress")
-        ]
+        expect["named_events"] = (
+            []
+            if s.front != "chat"
+            else [
+                "hermes.tool.progress"
+                for ev in cassette_mod.split_events(rec.body.decode())
+                if ev.startswith("event: hermes.tool.progress")
+            ]
+        )
     exp["expect"] = expect
     seen = ", ".join(f"{_rel(p) or Path(p).name} at event {i}" for i, p in rec.observed)
     header = "\n".join(f"# {line}" for line in s.comment.splitlines())
