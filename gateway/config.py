@@ -60,13 +60,16 @@ __all__ = [
     "Mount",
     "OutputConfig",
     "ProxyConfig",
+    "QuotasConfig",
     "RetentionConfig",
     "Role",
     "RunsConfig",
     "ServerConfig",
     "UpstreamConfig",
+    "config_file_warning",
     "config_from_dict",
     "config_source",
+    "exposed_secrets",
     "extra_roots",
     "inspect_config",
     "load_config",
@@ -589,6 +592,11 @@ class LimitsConfig:
     max_event_bytes: int = setting(1 * MiB, "largest SSE event accepted from upstream (1 MiB)")
     max_json_depth: int = setting(64, "deepest JSON nesting accepted from clients and upstream")
     run_log_max_events: int = setting(10000, "events journaled per run")
+    history_max_bytes: int = setting(
+        1 * MiB,
+        "earlier conversation put before a request's messages (a session's history, a "
+        "previous_response_id chain), in bytes of JSON; older messages are dropped first",
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -618,6 +626,32 @@ class RunsConfig:
 
     lease_seconds: float = setting(
         15.0, "a running run's lease; an instance that stops renewing it loses the run"
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuotasConfig:
+    """``[quotas]``: what one principal may use of a shared gateway; every principal has its own."""
+
+    max_running_runs: int = setting(
+        4, "background runs and background responses a principal has running at once"
+    )
+    max_queued_runs: int = setting(
+        8,
+        "more background runs a principal may start, waiting for a running slot; beyond "
+        "them 429 run_quota_exceeded (0 = no queue)",
+        allow_zero=True,
+    )
+    max_stored_bytes: int = setting(
+        100 * MiB,
+        "stored responses, sessions and run journals of a principal; a request that would "
+        "store more while at it gets 429 storage_quota_exceeded",
+    )
+    links_per_minute: int = setting(
+        600, "links a principal may mint per minute; beyond it a path becomes its file name"
+    )
+    selftests_per_hour: int = setting(
+        30, "POST /v1/selftest calls of a principal per hour (each writes a file)"
     )
 
 
@@ -660,6 +694,7 @@ class Config:
     retention: RetentionConfig
     database: DatabaseConfig
     runs: RunsConfig
+    quotas: QuotasConfig
     log: LogConfig
 
     @staticmethod

@@ -176,6 +176,7 @@ async def share(artifact_id: str) -> Response:
                 code="invalid_form_token",
                 status=403,
             )
+    await st.quotas.take_link_or_refuse(who)
     public = await trio.to_thread.run_sync(st.artifacts.share, rec)
     url = st.artifacts.url(public)
     expires = int(public.expires or 0)
