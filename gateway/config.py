@@ -31,6 +31,7 @@ import ipaddress
 import os
 import re
 import tomllib
+import unicodedata
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ __all__ = [
     "DEPRECATED_ALIASES",
     "ENV_OVERRIDES",
     "MIN_KEY_CHARS",
+    "OPENWEBUI_OWNER_PREFIX",
     "ArtifactsConfig",
     "AuthConfig",
     "Config",
@@ -128,6 +130,10 @@ DEPRECATED_ALIASES: Mapping[str, str] = {
     "limits.run_retention_seconds": "retention.runs_seconds",
 }
 
+#: the owner name of an Open WebUI user (``openwebui:<id>``): a verified browser session
+#: and the runs proxy act as it, so no bearer key may have a principal in this space
+OPENWEBUI_OWNER_PREFIX = "openwebui:"
+
 _PRINCIPAL_RE = re.compile(r"[A-Za-z0-9._:@-]+")
 _HOSTNAME_RE = re.compile(r"[A-Za-z0-9._-]+")
 _WINDOWS_ABS_RE = re.compile(r"[A-Za-z]:[\\/]")
@@ -201,10 +207,18 @@ def check_bind(value: str, key: str, ctx: Ctx) -> str:
     return value
 
 
+def _invisible(ch: str) -> bool:
+    """A control, format (bidi overrides such as U+202E), surrogate or unassigned character."""
+    return unicodedata.category(ch).startswith("C")
+
+
 def check_http_url(value: str, key: str, ctx: Ctx) -> str:
-    """An absolute http(s) URL with a host, no credentials, query or fragment."""
+    """An absolute http(s) URL with a host, no credentials, query or fragment, and no
+    control or format character (a U+202E in a link base would reorder what people read)."""
     if not value or any(ch.isspace() or ord(ch) < 0x20 for ch in value):
         raise ctx.error(key, "must be an absolute http(s) URL without spaces")
+    if any(_invisible(ch) for ch in value):
+        raise ctx.error(key, "must not contain control or format characters (such as U+202E)")
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018 - raises ValueError for an invalid port
@@ -506,19 +520,27 @@ class AuthConfig:
 
     @staticmethod
     def _finish(values: dict[str, Any], given: Collection[str], prefix: str, ctx: Ctx) -> None:
-        """A user principal inside a proxy key's owner space could be impersonated by it."""
+        """A key's principal must not be a name others own: Open WebUI users' (a browser
+        session opens that owner's private links), or a proxy key's owner space (that
+        proxy could act as the key's user)."""
         keys: tuple[KeyEntry, ...] = values["keys"]
+        for i, entry in enumerate(keys):
+            if entry.principal.startswith(OPENWEBUI_OWNER_PREFIX):
+                raise ctx.error(
+                    f"auth.keys[{i}].principal",
+                    f"starts with {OPENWEBUI_OWNER_PREFIX!r}, the owner name of Open WebUI "
+                    "users (their browser sessions and the proxy's runs), so that user would "
+                    "share this key's links; rename the principal",
+                )
         proxies = [(i, k) for i, k in enumerate(keys) if k.role == "proxy"]
         for i, entry in enumerate(keys):
-            if entry.role != "user":
-                continue
             for j, proxy in proxies:
-                if entry.principal.startswith(proxy.owner_prefix):
+                if i != j and entry.principal.startswith(proxy.owner_prefix):
                     raise ctx.error(
                         f"auth.keys[{i}].principal",
                         f"starts with {proxy.owner_prefix!r}, the owner_prefix of the proxy "
-                        f"key auth.keys[{j}], so that proxy could act as this user; rename "
-                        "the principal or give the proxy key another owner_prefix",
+                        f"key auth.keys[{j}], so that proxy could act as this key's principal; "
+                        "rename the principal or give the proxy key another owner_prefix",
                     )
 
 
@@ -819,6 +841,56 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise ConfigError("<file>", f"config file {file} is not valid UTF-8") from None
     return parse_config_text(text, str(file))
+
+
+def exposed_secrets(data: Mapping[str, Any]) -> list[str]:
+    """The dotted keys of ``data`` (a parsed TOML document, as written) that hold a
+    secret: every non-empty key declared ``secret``, and a ``database_url`` with a
+    password. Nothing of the values is returned."""
+    found: list[str] = []
+    url = data.get("database_url")
+    if isinstance(url, str) and mask_database_url(url) != url:
+        found.append("database_url")
+    for table in schema.tables(Config):
+        # (database_url's mask hides only its password: it is looked at above)
+        secret = [k.name for k in table.keys if k.setting.mask is schema.mask_secret]
+        if not secret:
+            continue
+        node: Any = data
+        for part in table.name.split(".") if table.name else ():
+            node = node.get(part) if isinstance(node, Mapping) else None
+        entries = list(enumerate(node)) if table.array and isinstance(node, list) else [(-1, node)]
+        for i, entry in entries:
+            if not isinstance(entry, Mapping):
+                continue
+            where = f"{table.name}[{i}]" if i >= 0 else table.name
+            found += [f"{where}.{name}" if where else name for name in secret if entry.get(name)]
+    return found
+
+
+def config_file_warning(path: str | os.PathLike[str] | None) -> str | None:
+    """One sentence when the config file at ``path`` can be read by other users of the
+    host (group or other permission bits) and holds a secret; None otherwise (also for
+    no file, stdin, or a platform without POSIX modes). The signing-key file in
+    ``state_dir`` is refused in that state; a config file is only warned about."""
+    if path is None or os.name != "posix":
+        return None
+    file = Path(path).expanduser()
+    try:
+        mode = file.stat().st_mode
+        if not mode & 0o044:
+            return None
+        names = exposed_secrets(read_config_file(file))
+    except (OSError, ConfigError):
+        return None
+    if not names:
+        return None
+    who = "every user of this host" if mode & 0o004 else "its group"
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return (
+        f"the config file {file} is readable by {who} (mode {mode & 0o777:04o}) and holds "
+        f"secrets ({shown}); run `chmod 600 {file}` (the gateway's user only)"
+    )
 
 
 def config_source(
