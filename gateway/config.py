@@ -586,6 +586,11 @@ class ProxyConfig(_Listener):
     native_delivery: bool = setting(
         True, "upload artifacts into Open WebUI when a user session is forwarded"
     )
+    session_checks_per_second: float = setting(
+        2.0,
+        "Open WebUI sessions not seen before that may be checked per second (bursts of 10); "
+        "beyond it 429 too_many_session_checks",
+    )
 
     @staticmethod
     def _finish(values: dict[str, Any], given: Collection[str], prefix: str, ctx: Ctx) -> None:
