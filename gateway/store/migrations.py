@@ -14,7 +14,7 @@ Policy
   previous release reads or writes, and never adds a NOT NULL column without a default.
   The one data change allowed is a backfill of a column the same migration adds (6:
   the bytes of existing documents and run journals); rows an older release writes
-  during a rolling restart keep that column's default until they are written again.
+  during a rolling restart keep their old count (0 when new) until written again.
   So during a rolling restart old instances (already running) and new ones work on the
   same, newer schema. Removing something takes two releases: the first stops using it
   (expand), a later one drops it (contract) once no instance of the first release runs.
