@@ -77,6 +77,8 @@ def browser_errors(
             resp = _html(exc.status, page)
             if exc.status == 401:
                 resp.headers["WWW-Authenticate"] = 'Bearer realm="artifact-gateway"'
+            if exc.retry_after is not None:  # 429 too_many_session_checks, a share quota
+                resp.headers["Retry-After"] = str(exc.retry_after)
             return resp
 
     wrapped.__name__ = handler.__name__

@@ -317,6 +317,15 @@ async def test_session_checks_are_throttled_and_cannot_evict_verified_sessions(
         r = await browser.get(link, headers=cookie(alice_token))
         assert r.status_code == 404
 
+        # a browser is told in a page, with Retry-After (new garbage until the bucket,
+        # refilling at 2/s meanwhile, is empty again)
+        for n in range(100, 100 + CHECK_BURST + 2):
+            page = await browser.get(own_link, headers=cookie(jwt_shaped(n)) | {"Accept": BROWSER})
+            if page.status_code == 429:
+                break
+        assert page.status_code == 429 and page.headers["content-type"].startswith("text/html")
+        assert int(page.headers["retry-after"]) >= 1 and "too_many_session_checks" in page.text
+
 
 async def test_a_known_session_is_checked_again_without_the_bucket(
     nursery: trio.Nursery, tmp_path: Path, upstream: Any, owui: FakeOpenWebUI
