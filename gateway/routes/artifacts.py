@@ -5,7 +5,9 @@ asserting the owner, or — so that a link opens in the browser with no other lo
 owner's **Open WebUI session** (the ``token`` cookie, or that token as a bearer),
 verified against ``proxy.openwebui_url`` and mapped to ``openwebui:<user id>``. A public
 link needs its signature instead. Browsers (``Accept: text/html``) get a small readable
-page for 401/404/410; API clients keep JSON.
+page for 401/404/410; API clients keep JSON. Every download answer carries
+:data:`DOWNLOAD_POLICY` (a sandbox for a file the browser renders anyway, who may embed
+it, no Referer) and honours its ``ETag`` (:func:`precondition`, :func:`range_applies`).
 
 ``GET /v1/artifacts/{id}/share`` (the owner) offers to turn a private link into a public
 one; ``POST`` makes it (a new public record for the same file, valid
