@@ -6,8 +6,9 @@ owner's **Open WebUI session** (the ``token`` cookie, or that token as a bearer)
 verified against ``proxy.openwebui_url`` and mapped to ``openwebui:<user id>``. A public
 link needs its signature instead. Browsers (``Accept: text/html``) get a small readable
 page for 401/404/410; API clients keep JSON. Every download answer carries
-:data:`DOWNLOAD_POLICY` (a sandbox for a file the browser renders anyway, who may embed
-it, no Referer) and honours its ``ETag`` (:func:`precondition`, :func:`range_applies`).
+:data:`DOWNLOAD_POLICY` (a sandbox for a file the browser renders anyway, no Referer)
+and :func:`resource_policy` (who may embed it), and honours its ``ETag``
+(:func:`precondition`, :func:`range_applies`).
 
 ``GET /v1/artifacts/{id}/share`` (the owner) offers to turn a private link into a public
 one; ``POST`` makes it (a new public record for the same file, valid
@@ -119,15 +120,22 @@ async def _authorize(st: GatewayState, artifact_id: str) -> ArtifactRecord:
 
 #: on every download answer. A file opened in the browser anyway (a PDF, an SVG, HTML
 #: saved by the agent) runs nothing and reaches nothing: ``sandbox`` gives it a unique
-#: origin without scripts, forms or plugins. Only pages of the same site may embed it
-#: (Open WebUI on another port of the same host shows a private image; another site's
-#: page cannot load a public link as a subresource). No Referer leaves with the link in it.
+#: origin without scripts, forms or plugins. No Referer leaves with the link in it.
 DOWNLOAD_POLICY = {
     "Content-Security-Policy": "sandbox",
-    "Cross-Origin-Resource-Policy": "same-site",
     "Referrer-Policy": "no-referrer",
     "X-Content-Type-Options": "nosniff",
 }
+
+
+def resource_policy(rec: ArtifactRecord) -> str:
+    """``Cross-Origin-Resource-Policy``: ``same-origin`` (no other page may embed the
+    file), except for images, which Open WebUI shows inline (``![chart](link)``) from
+    its own origin: ``cross-origin``. ``same-site`` would not do: browsers count neither
+    another port of an IP address (Chromium, seen) nor a sibling of ``localhost`` as the
+    same site. Private images stay private: the session cookie is ``SameSite=Lax``, so
+    another site's page gets 401; a public link is a capability already."""
+    return "cross-origin" if rec.content_type.startswith("image/") else "same-origin"
 
 
 def _range_refused(rec: ArtifactRecord, headers: dict[str, str]) -> Response:
@@ -178,7 +186,7 @@ def range_applies(tag: str) -> bool:
 
 
 def _not_modified(headers: dict[str, str]) -> Response:
-    keep = ("ETag", "Cache-Control", *DOWNLOAD_POLICY)
+    keep = ("ETag", "Cache-Control", "Cross-Origin-Resource-Policy", *DOWNLOAD_POLICY)
     return Response(b"", status=304, headers={k: headers[k] for k in keep})
 
 
@@ -199,6 +207,7 @@ async def download(artifact_id: str) -> Response:
     cleanup_stack().callback(body.close)  # closes the descriptor even if the body never starts
     headers = {
         **DOWNLOAD_POLICY,
+        "Cross-Origin-Resource-Policy": resource_policy(rec),
         "ETag": tag,
         "Cache-Control": "private, no-store" if rec.link_mode == "private" else "private, no-cache",
     }

@@ -6,8 +6,9 @@ session checks a small real Open WebUI stand-in on hypercorn that answers
 token, 401 otherwise) and counts the calls.
 
 * every download answer (200, 206, 304, 416) carries ``Content-Security-Policy:
-  sandbox``, ``Cross-Origin-Resource-Policy: same-site``, ``Referrer-Policy:
-  no-referrer`` and ``nosniff``;
+  sandbox``, ``Referrer-Policy: no-referrer``, ``nosniff`` and
+  ``Cross-Origin-Resource-Policy: same-origin`` -- ``cross-origin`` for images, which
+  Open WebUI shows inline from its own origin;
 * the ``ETag`` is honoured (RFC 9110 §13.2.2): ``If-None-Match`` → 304 without a body
   (weak comparison, ``*``, lists), ``If-Match`` that names another → 412, ``If-Range``
   keeps a Range only for its own strong tag, HEAD answers the same heads without a
@@ -45,14 +46,16 @@ from tests.conftest import ALICE_KEY, BOB_KEY, Gateway, make_config, start_gatew
 BROWSER = "text/html,application/xhtml+xml"
 POLICY = {
     "content-security-policy": "sandbox",
-    "cross-origin-resource-policy": "same-site",
+    "cross-origin-resource-policy": "same-origin",  # report.pdf: no other page embeds it
     "referrer-policy": "no-referrer",
     "x-content-type-options": "nosniff",
 }
 
 
-async def mint(gw: Gateway, key: str = ALICE_KEY, **body: Any) -> tuple[str, bytes]:
-    """One private link to the demo's report.pdf (answer of model ``demo``), as a path."""
+async def mint(
+    gw: Gateway, key: str = ALICE_KEY, name: str = "report.pdf", **body: Any
+) -> tuple[str, bytes]:
+    """One private link to a demo file (answer of model ``demo``), as a path."""
     async with gw.client(key) as c:
         r = await c.post(
             "/v1/chat/completions",
@@ -60,7 +63,7 @@ async def mint(gw: Gateway, key: str = ALICE_KEY, **body: Any) -> tuple[str, byt
             | body,
         )
     assert r.status_code == 200, r.text
-    art = next(a for a in r.json()["gateway"]["artifacts"] if a["filename"] == "report.pdf")
+    art = next(a for a in r.json()["gateway"]["artifacts"] if a["filename"] == name)
     url: str = art["url"]
     path = urllib.parse.urlsplit(url)
     return path.path + (f"?{path.query}" if path.query else ""), b""
@@ -153,6 +156,20 @@ async def test_public_links_carry_the_policy_too(gateway: Gateway) -> None:
         assert_policy(r)
         again = await anyone.get(link, headers={"If-None-Match": r.headers["etag"]})
         assert again.status_code == 304 and again.content == b""
+
+
+async def test_images_may_be_shown_by_other_origins(gateway: Gateway) -> None:
+    """Open WebUI (another port, or another host) renders ``![chart](link)`` as an
+    ``<img>``: images say ``cross-origin``, everything else ``same-origin``."""
+    link, _ = await mint(gateway, name="plot.png")
+    async with gateway.client() as c:
+        r = await c.get(link)
+        assert r.status_code == 200 and r.headers["content-type"] == "image/png"
+        assert r.headers["cross-origin-resource-policy"] == "cross-origin"
+        assert r.headers["content-security-policy"] == "sandbox"
+        r = await c.get(link, headers={"If-None-Match": r.headers["etag"]})
+        assert r.status_code == 304
+        assert r.headers["cross-origin-resource-policy"] == "cross-origin"
 
 
 CRAFTED = [
