@@ -21,6 +21,7 @@ from gateway.config import Config
 from gateway.lean import lean_route
 from gateway.openwebui import OpenWebUI
 from gateway.pipeline import PipelineSettings
+from gateway.quotas import Quotas
 from gateway.reaper import MaintenanceSettings, new_holder_id, run_maintenance
 from gateway.routes import blueprints, chat, health
 from gateway.runbus import RunBus
@@ -56,6 +57,8 @@ def build_state(
     the_store = store if store is not None else open_configured_store(config)
     signer = Signer.from_store(the_store, state_dir=config.state_dir)
     artifacts = ArtifactService(config, the_store, signer, clock=clock)
+    quotas = Quotas(the_store, config, clock=clock)
+    artifacts.link_quota = quotas.take_links  # links minted per minute, per principal
     st = GatewayState(
         config=config,
         upstream=Upstream(config.upstream, transport=upstream_transport, scrub=make_scrub(config)),
@@ -63,7 +66,7 @@ def build_state(
         signer=signer,
         store=the_store,
         artifacts=artifacts,
-        sessions=Sessions(the_store),
+        sessions=Sessions(the_store, max_bytes=config.limits.history_max_bytes),
         runs=Runs(
             the_store,
             RunBus(the_store),
@@ -71,7 +74,10 @@ def build_state(
             lease_seconds=config.runs.lease_seconds,
             max_events=config.limits.run_log_max_events,
             max_event_bytes=config.limits.max_event_bytes,
+            max_running=config.quotas.max_running_runs,
+            max_queued=config.quotas.max_queued_runs,
         ),
+        quotas=quotas,
         settings=settings or pipeline_settings(config),
         openwebui=OpenWebUI.from_config(config),
     )

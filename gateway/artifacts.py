@@ -142,6 +142,13 @@ class ArtifactService:
         )
         self._denied = DeniedNames(config.artifacts.denied)
         self._homes = AgentHomes()
+        #: ``(owner, n)`` -> how many of n new links may be minted now (gateway.quotas)
+        self.link_quota: Callable[[str, int], int] | None = None
+
+    def links_allowed(self, owner: str, n: int) -> int:
+        """How many of ``n`` new links ``owner`` may mint now (``[quotas]
+        links_per_minute``); a path over it becomes its file name (blocking)."""
+        return n if self.link_quota is None or n == 0 else self.link_quota(owner, n)
 
     # -- checks (blocking; run in worker threads) --------------------------------
 
@@ -607,6 +614,10 @@ class ResponseLinks:
     def _write(self, plan: _Plan) -> None:
         """Store the plan's new and changed records (one transaction), then keep them."""
         new = [r for i, r in plan.latest.items() if i in plan.new]
+        over = new[self._svc.links_allowed(self._owner, len(new)) :]
+        if over:  # beyond the owner's links per minute: those paths get their names
+            plan.drop({r.id for r in over})
+            new = new[: len(new) - len(over)]
         rebound = [
             r for i, r in plan.latest.items() if i not in plan.new and r != self._links.get(i)
         ]
@@ -648,6 +659,14 @@ class _Plan:
         self.by_file: dict[str, str] = {}
         self.new: set[str] = set()
         self.first_write = sys.maxsize
+
+    def drop(self, ids: set[str]) -> None:
+        """Forget the new links ``ids``: their paths get no link."""
+        self.new -= ids
+        for rid in ids:
+            del self.latest[rid]
+        self.records = {p: r for p, r in self.records.items() if r not in ids}
+        self.by_file = {p: r for p, r in self.by_file.items() if r not in ids}
 
 
 #: the identity a link gets when its path is no servable file at the answer's end: no

@@ -31,6 +31,7 @@ import ipaddress
 import os
 import re
 import tomllib
+import unicodedata
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ __all__ = [
     "DEPRECATED_ALIASES",
     "ENV_OVERRIDES",
     "MIN_KEY_CHARS",
+    "OPENWEBUI_OWNER_PREFIX",
     "ArtifactsConfig",
     "AuthConfig",
     "Config",
@@ -60,13 +62,16 @@ __all__ = [
     "Mount",
     "OutputConfig",
     "ProxyConfig",
+    "QuotasConfig",
     "RetentionConfig",
     "Role",
     "RunsConfig",
     "ServerConfig",
     "UpstreamConfig",
+    "config_file_warning",
     "config_from_dict",
     "config_source",
+    "exposed_secrets",
     "extra_roots",
     "inspect_config",
     "load_config",
@@ -124,6 +129,10 @@ DEFAULT_DENIED: tuple[str, ...] = (
 DEPRECATED_ALIASES: Mapping[str, str] = {
     "limits.run_retention_seconds": "retention.runs_seconds",
 }
+
+#: the owner name of an Open WebUI user (``openwebui:<id>``): a verified browser session
+#: and the runs proxy act as it, so no bearer key may have a principal in this space
+OPENWEBUI_OWNER_PREFIX = "openwebui:"
 
 _PRINCIPAL_RE = re.compile(r"[A-Za-z0-9._:@-]+")
 _HOSTNAME_RE = re.compile(r"[A-Za-z0-9._-]+")
@@ -198,10 +207,18 @@ def check_bind(value: str, key: str, ctx: Ctx) -> str:
     return value
 
 
+def _invisible(ch: str) -> bool:
+    """A control, format (bidi overrides such as U+202E), surrogate or unassigned character."""
+    return unicodedata.category(ch).startswith("C")
+
+
 def check_http_url(value: str, key: str, ctx: Ctx) -> str:
-    """An absolute http(s) URL with a host, no credentials, query or fragment."""
+    """An absolute http(s) URL with a host, no credentials, query or fragment, and no
+    control or format character (a U+202E in a link base would reorder what people read)."""
     if not value or any(ch.isspace() or ord(ch) < 0x20 for ch in value):
         raise ctx.error(key, "must be an absolute http(s) URL without spaces")
+    if any(_invisible(ch) for ch in value):
+        raise ctx.error(key, "must not contain control or format characters (such as U+202E)")
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018 - raises ValueError for an invalid port
@@ -503,19 +520,27 @@ class AuthConfig:
 
     @staticmethod
     def _finish(values: dict[str, Any], given: Collection[str], prefix: str, ctx: Ctx) -> None:
-        """A user principal inside a proxy key's owner space could be impersonated by it."""
+        """A key's principal must not be a name others own: Open WebUI users' (a browser
+        session opens that owner's private links), or a proxy key's owner space (that
+        proxy could act as the key's user)."""
         keys: tuple[KeyEntry, ...] = values["keys"]
+        for i, entry in enumerate(keys):
+            if entry.principal.startswith(OPENWEBUI_OWNER_PREFIX):
+                raise ctx.error(
+                    f"auth.keys[{i}].principal",
+                    f"starts with {OPENWEBUI_OWNER_PREFIX!r}, the owner name of Open WebUI "
+                    "users (their browser sessions and the proxy's runs), so that user would "
+                    "share this key's links; rename the principal",
+                )
         proxies = [(i, k) for i, k in enumerate(keys) if k.role == "proxy"]
         for i, entry in enumerate(keys):
-            if entry.role != "user":
-                continue
             for j, proxy in proxies:
-                if entry.principal.startswith(proxy.owner_prefix):
+                if i != j and entry.principal.startswith(proxy.owner_prefix):
                     raise ctx.error(
                         f"auth.keys[{i}].principal",
                         f"starts with {proxy.owner_prefix!r}, the owner_prefix of the proxy "
-                        f"key auth.keys[{j}], so that proxy could act as this user; rename "
-                        "the principal or give the proxy key another owner_prefix",
+                        f"key auth.keys[{j}], so that proxy could act as this key's principal; "
+                        "rename the principal or give the proxy key another owner_prefix",
                     )
 
 
@@ -561,6 +586,11 @@ class ProxyConfig(_Listener):
     native_delivery: bool = setting(
         True, "upload artifacts into Open WebUI when a user session is forwarded"
     )
+    session_checks_per_second: float = setting(
+        2.0,
+        "Open WebUI sessions not seen before that may be checked per second (bursts of 10); "
+        "beyond it 429 too_many_session_checks",
+    )
 
     @staticmethod
     def _finish(values: dict[str, Any], given: Collection[str], prefix: str, ctx: Ctx) -> None:
@@ -589,6 +619,11 @@ class LimitsConfig:
     max_event_bytes: int = setting(1 * MiB, "largest SSE event accepted from upstream (1 MiB)")
     max_json_depth: int = setting(64, "deepest JSON nesting accepted from clients and upstream")
     run_log_max_events: int = setting(10000, "events journaled per run")
+    history_max_bytes: int = setting(
+        1 * MiB,
+        "earlier conversation put before a request's messages (a session's history, a "
+        "previous_response_id chain), in bytes of JSON; older messages are dropped first",
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -618,6 +653,32 @@ class RunsConfig:
 
     lease_seconds: float = setting(
         15.0, "a running run's lease; an instance that stops renewing it loses the run"
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuotasConfig:
+    """``[quotas]``: what one principal may use of a shared gateway; every principal has its own."""
+
+    max_running_runs: int = setting(
+        4, "background runs and background responses a principal has running at once"
+    )
+    max_queued_runs: int = setting(
+        8,
+        "more background runs a principal may start, waiting for a running slot; beyond "
+        "them 429 run_quota_exceeded (0 = no queue)",
+        allow_zero=True,
+    )
+    max_stored_bytes: int = setting(
+        100 * MiB,
+        "stored responses, sessions and run journals of a principal; a request that would "
+        "store more while at it gets 429 storage_quota_exceeded",
+    )
+    links_per_minute: int = setting(
+        600, "links a principal may mint per minute; beyond it a path becomes its file name"
+    )
+    selftests_per_hour: int = setting(
+        30, "POST /v1/selftest calls of a principal per hour (each writes a file)"
     )
 
 
@@ -660,6 +721,7 @@ class Config:
     retention: RetentionConfig
     database: DatabaseConfig
     runs: RunsConfig
+    quotas: QuotasConfig
     log: LogConfig
 
     @staticmethod
@@ -784,6 +846,56 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise ConfigError("<file>", f"config file {file} is not valid UTF-8") from None
     return parse_config_text(text, str(file))
+
+
+def exposed_secrets(data: Mapping[str, Any]) -> list[str]:
+    """The dotted keys of ``data`` (a parsed TOML document, as written) that hold a
+    secret: every non-empty key declared ``secret``, and a ``database_url`` with a
+    password. Nothing of the values is returned."""
+    found: list[str] = []
+    url = data.get("database_url")
+    if isinstance(url, str) and mask_database_url(url) != url:
+        found.append("database_url")
+    for table in schema.tables(Config):
+        # (database_url's mask hides only its password: it is looked at above)
+        secret = [k.name for k in table.keys if k.setting.mask is schema.mask_secret]
+        if not secret:
+            continue
+        node: Any = data
+        for part in table.name.split(".") if table.name else ():
+            node = node.get(part) if isinstance(node, Mapping) else None
+        entries = list(enumerate(node)) if table.array and isinstance(node, list) else [(-1, node)]
+        for i, entry in entries:
+            if not isinstance(entry, Mapping):
+                continue
+            where = f"{table.name}[{i}]" if i >= 0 else table.name
+            found += [f"{where}.{name}" if where else name for name in secret if entry.get(name)]
+    return found
+
+
+def config_file_warning(path: str | os.PathLike[str] | None) -> str | None:
+    """One sentence when the config file at ``path`` can be read by other users of the
+    host (group or other permission bits) and holds a secret; None otherwise (also for
+    no file, stdin, or a platform without POSIX modes). The signing-key file in
+    ``state_dir`` is refused in that state; a config file is only warned about."""
+    if path is None or os.name != "posix":
+        return None
+    file = Path(path).expanduser()
+    try:
+        mode = file.stat().st_mode
+        if not mode & 0o044:
+            return None
+        names = exposed_secrets(read_config_file(file))
+    except (OSError, ConfigError):
+        return None
+    if not names:
+        return None
+    who = "every user of this host" if mode & 0o004 else "its group"
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return (
+        f"the config file {file} is readable by {who} (mode {mode & 0o777:04o}) and holds "
+        f"secrets ({shown}); run `chmod 600 {file}` (the gateway's user only)"
+    )
 
 
 def config_source(

@@ -14,7 +14,9 @@ Library errors are translated at the boundary with ``raise ... from exc``.
     ├── RequestError             a client request we refuse (4xx)
     │   ├── AuthError            401/403
     │   ├── NotFound             404 (also hides other principals' objects)
-    │   └── Gone                 410: an artifact link that can no longer be served
+    │   ├── Gone                 410: an artifact link that can no longer be served
+    │   └── Throttled            429 with Retry-After: too many of something, for now
+    │       └── QuotaExceeded    a principal reached one of its [quotas]
     ├── UpstreamError            the upstream failed (502/504)
     │   └── UpstreamHTTPError    it answered with an HTTP error status (its status kept)
     ├── StoreError               the state store failed (503)
@@ -31,6 +33,8 @@ The messages never contain a host-local path, a bearer key or a stack trace.
 
 from __future__ import annotations
 
+import math
+
 __all__ = [
     "AuthError",
     "ConfigError",
@@ -42,11 +46,13 @@ __all__ = [
     "NotFound",
     "Overloaded",
     "ProtocolError",
+    "QuotaExceeded",
     "RequestError",
     "RunInterrupted",
     "RunLogFull",
     "SSEEventTooLarge",
     "StoreError",
+    "Throttled",
     "UpstreamError",
     "UpstreamHTTPError",
 ]
@@ -130,6 +136,26 @@ class Gone(RequestError):
 
     code = "artifact_gone"
     status = 410
+
+
+class Throttled(RequestError):
+    """Too many requests of a kind for now: 429, always with its own ``code`` and a
+    ``Retry-After`` (whole seconds, at least 1)."""
+
+    status = 429
+
+    def __init__(self, message: str, *, code: str, retry_after: float) -> None:
+        super().__init__(message, code=code)
+        self._retry_after = max(1, math.ceil(retry_after))
+
+    @property
+    def retry_after(self) -> int | None:
+        return self._retry_after
+
+
+class QuotaExceeded(Throttled):
+    """A principal reached one of its quotas (``[quotas]``); other principals are not
+    affected."""
 
 
 class UpstreamError(GatewayError):

@@ -11,9 +11,23 @@ Open WebUI's own login protects what its users see. Two places use it:
 
 A token is never decoded here and never trusted as such: validity is Open WebUI's
 server-side state (a password change or a logout revokes it), so it is checked by asking
-Open WebUI (``GET /api/v1/auths/``). Answers are cached by the token's SHA-256 for
-``proxy.session_cache_seconds`` (refusals for at most 5 s); the token itself is never
-stored or logged.
+Open WebUI (``GET /api/v1/auths/``). The token itself is never stored or logged; what is
+remembered is keyed by its SHA-256.
+
+These checks come from requests that have no credential of ours yet, so they are
+bounded (:meth:`OpenWebUI.verify`):
+
+* a token that cannot be an Open WebUI token (neither a JWT's three base64url parts nor
+  an ``sk-`` API key) is refused without asking;
+* verified sessions and refusals are two caches with their own bounds: a verified one is
+  answered from memory for ``proxy.session_cache_seconds``, a refusal for at most 5 s,
+  and a flood of refused tokens cannot push a verified session out;
+* checks of a token not verified before take a token from one bucket
+  (``proxy.session_checks_per_second``, bursts of :data:`CHECK_BURST`); an empty bucket
+  answers 429 ``too_many_session_checks`` with ``Retry-After``. A session verified
+  within :data:`KNOWN_SECONDS` is checked again without the bucket: a flood delays only
+  sessions never seen;
+* concurrent checks of one token share one call to Open WebUI.
 """
 
 from __future__ import annotations
@@ -26,8 +40,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import trio
 
-from gateway.errors import UpstreamError
+from gateway.errors import GatewayError, Throttled, UpstreamError
 from gateway.shapes import loads_bounded
 from gateway.upstream import new_client
 
@@ -35,7 +50,17 @@ __all__ = ["OpenWebUI", "OpenWebUIUser", "owner_for_user"]
 
 #: refusals are cached briefly: a token may become valid (a login) any moment
 NEGATIVE_CACHE_SECONDS = 5.0
+#: bounds of the two caches (each drops its least recently used entries)
 CACHE_ENTRIES = 10_000
+REFUSED_ENTRIES = 10_000
+#: a session verified within this long is checked again without the check bucket
+KNOWN_SECONDS = 86400.0
+#: checks of sessions never seen that may come at once (then the per-second rate)
+CHECK_BURST = 10
+#: what an Open WebUI token looks like: a JWT (three base64url parts) or an API key
+_TOKEN_SHAPE = re.compile(
+    r"sk-[A-Za-z0-9_-]{1,200}|[A-Za-z0-9_=-]+\.[A-Za-z0-9_=-]+\.[A-Za-z0-9_=-]*"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +109,43 @@ def _user(data: Any) -> OpenWebUIUser | None:
     return OpenWebUIUser(uid, text("email"), text("name"), text("role"))
 
 
+@dataclass(slots=True)
+class _Verified:
+    fresh_until: float  # answered from memory until then
+    known_until: float  # checked again without the bucket until then
+    user: OpenWebUIUser
+
+
+class _Flight:
+    """One check in progress; concurrent checks of the same token wait for it."""
+
+    __slots__ = ("done", "error", "finished", "user")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.finished = False  # False when the checking request went away first
+        self.user: OpenWebUIUser | None = None
+        self.error: GatewayError | None = None
+
+
+class _Bucket:
+    """A token bucket: ``rate`` per second, at most ``burst`` at once."""
+
+    def __init__(self, rate: float, burst: int, clock: Any) -> None:
+        self._rate, self._burst, self._clock = rate, float(burst), clock
+        self._tokens, self._at = float(burst), clock()
+
+    def take(self) -> float:
+        """0 when a token was taken, else the seconds until one is there."""
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return 0.0
+        return (1 - self._tokens) / self._rate
+
+
 class OpenWebUI:
     """A client of one Open WebUI (``proxy.openwebui_url``)."""
 
@@ -93,13 +155,19 @@ class OpenWebUI:
         client: httpx.AsyncClient,
         *,
         cache_seconds: float = 60.0,
+        checks_per_second: float = 2.0,
         clock: Any = time.monotonic,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._client = client
         self._cache_seconds = cache_seconds
         self._clock = clock
-        self._cache: OrderedDict[bytes, tuple[float, OpenWebUIUser | None]] = OrderedDict()
+        self._verified: OrderedDict[bytes, _Verified] = OrderedDict()
+        self._refused: OrderedDict[bytes, float] = OrderedDict()
+        self._flights: dict[bytes, _Flight] = {}
+        self._bucket = _Bucket(checks_per_second, CHECK_BURST, clock)
+        #: calls made to Open WebUI to check a session (a metric for tests and operators)
+        self.checks = 0
 
     @classmethod
     def from_config(cls, config: Any) -> OpenWebUI | None:
@@ -108,32 +176,82 @@ class OpenWebUI:
         if not url:
             return None
         client = new_client(connect_timeout=config.upstream.connect_timeout_seconds)
-        return cls(url, client, cache_seconds=config.proxy.session_cache_seconds)
+        return cls(
+            url,
+            client,
+            cache_seconds=config.proxy.session_cache_seconds,
+            checks_per_second=config.proxy.session_checks_per_second,
+        )
 
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    def _cached(self, key: bytes) -> tuple[bool, OpenWebUIUser | None]:
-        hit = self._cache.get(key)
-        if hit is None or hit[0] < self._clock():
-            return False, None
-        return True, hit[1]
-
     def _remember(self, key: bytes, user: OpenWebUIUser | None) -> None:
-        ttl = self._cache_seconds if user is not None else min(5.0, self._cache_seconds)
-        self._cache[key] = (self._clock() + ttl, user)
-        self._cache.move_to_end(key)
-        while len(self._cache) > CACHE_ENTRIES:
-            self._cache.popitem(last=False)
+        now = self._clock()
+        if user is None:
+            self._verified.pop(key, None)  # logged out, or the password changed
+            self._refused[key] = now + min(NEGATIVE_CACHE_SECONDS, self._cache_seconds)
+            self._refused.move_to_end(key)
+            while len(self._refused) > REFUSED_ENTRIES:
+                self._refused.popitem(last=False)
+            return
+        self._refused.pop(key, None)
+        self._verified[key] = _Verified(now + self._cache_seconds, now + KNOWN_SECONDS, user)
+        self._verified.move_to_end(key)
+        while len(self._verified) > CACHE_ENTRIES:
+            self._verified.popitem(last=False)
+
+    def _from_memory(self, key: bytes) -> tuple[bool, OpenWebUIUser | None, bool]:
+        """(answered, user, known): a fresh answer, or whether a check may skip the bucket."""
+        now = self._clock()
+        hit = self._verified.get(key)
+        if hit is not None and hit.fresh_until >= now:
+            self._verified.move_to_end(key)
+            return True, hit.user, True
+        until = self._refused.get(key)
+        if until is not None and until >= now:
+            return True, None, False
+        return False, None, hit is not None and hit.known_until >= now
 
     async def verify(self, token: str) -> OpenWebUIUser | None:
-        """The user of a session token, or None when Open WebUI refuses it."""
-        if not token or len(token) > 8192 or not token.isascii():
+        """The user of a session token, or None when Open WebUI refuses it (or it cannot
+        be one); Throttled (429) when too many unknown sessions are being checked."""
+        if not token or len(token) > 8192 or not _TOKEN_SHAPE.fullmatch(token):
             return None
         key = hashlib.sha256(token.encode()).digest()
-        hit, user = self._cached(key)
-        if hit:
+        answered, user, known = self._from_memory(key)
+        if answered:
             return user
+        flight = self._flights.get(key)
+        if flight is not None:  # the same token is being checked: its answer is ours
+            await flight.done.wait()
+            if flight.error is not None:
+                raise flight.error
+            return flight.user if flight.finished else await self.verify(token)
+        if not known:
+            wait = self._bucket.take()
+            if wait:
+                raise Throttled(
+                    "Too many Open WebUI sessions are being checked right now; open the "
+                    "link again in a moment.",
+                    code="too_many_session_checks",
+                    retry_after=wait,
+                )
+        flight = self._flights[key] = _Flight()
+        try:
+            flight.user = await self._ask(key, token)
+            flight.finished = True
+        except GatewayError as exc:
+            flight.error = exc
+            raise
+        finally:
+            del self._flights[key]
+            flight.done.set()
+        return flight.user
+
+    async def _ask(self, key: bytes, token: str) -> OpenWebUIUser | None:
+        """One call to Open WebUI; the answer remembered (refusals too)."""
+        self.checks += 1
         try:
             resp = await self._client.get(
                 self.base_url + "/api/v1/auths/",

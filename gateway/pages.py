@@ -11,11 +11,20 @@ nothing from anywhere.
 from __future__ import annotations
 
 import html
+import re
+import shlex
 from typing import Any
 
 from gateway.errors import GatewayError
 
-__all__ = ["error_page", "share_done_page", "share_page", "wants_html"]
+__all__ = [
+    "curl_hint",
+    "download_link",
+    "error_page",
+    "share_done_page",
+    "share_page",
+    "wants_html",
+]
 
 _STYLE = (
     "body{font:16px/1.5 system-ui,sans-serif;max-width:36em;margin:4em auto;padding:0 1em;"
@@ -43,12 +52,36 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def error_page(error: GatewayError, openwebui_url: str = "", url: str = "") -> str:
-    """The page for a refused download (401, 403, 404, 410, ...); ``url`` is the link."""
+#: what an artifact id looks like (ASCII only: ``str.isalnum`` would take any script)
+_ARTIFACT_ID = re.compile(r"[A-Za-z0-9_-]{16,64}")
+
+
+def download_link(base_url: str, artifact_id: object) -> str | None:
+    """The private download link of ``artifact_id`` under ``base_url``, or None when the
+    id is not one the gateway makes. Built from the id alone (never from the request's
+    path, which a crafted link fills with quotes, ``;`` or U+202E)."""
+    if not isinstance(artifact_id, str) or not _ARTIFACT_ID.fullmatch(artifact_id):
+        return None
+    return f"{base_url.rstrip('/')}/v1/artifacts/{artifact_id}"
+
+
+def curl_hint(link: str) -> str:
+    """A shell command that downloads ``link`` with a key; every word quoted for the shell."""
+    return f"curl -OJ -H 'Authorization: Bearer <your key>' {shlex.quote(link)}"
+
+
+def error_page(error: GatewayError, openwebui_url: str = "", link: str | None = None) -> str:
+    """The page for a refused download (401, 403, 404, 410, ...); ``link`` is the file's
+    download link (:func:`download_link`), shown in the 401 page's ``curl`` hint."""
     if error.status == 401:
         title = "Sign in to open this file"
-        curl = html.escape(f"curl -OJ -H 'Authorization: Bearer <your key>' '{url}'")
-        with_key = f"<p class=small>With an API key of this gateway: <code>{curl}</code></p>"
+        with_key = (
+            f"<p class=small>With an API key of this gateway: <code>"
+            f"{html.escape(curl_hint(link))}</code></p>"
+            if link
+            else "<p class=small>With an API key of this gateway, send it as "
+            "<code>Authorization: Bearer &lt;your key&gt;</code>.</p>"
+        )
         if not openwebui_url:  # no Open WebUI sessions here: keys only
             body = (
                 "<p>This download link opens only for the person it was made for, with "

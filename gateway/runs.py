@@ -19,6 +19,15 @@ instance) cancels the run's relay: the upstream response is closed, held text is
 flushed as file names and the run ends with ``run.cancelled``. A drain ends it with
 ``run.failed`` (``gateway_draining``, status ``interrupted``). A run that exceeds
 ``limits.run_log_max_events`` is stopped and fails with ``run_log_full``.
+
+Quotas (:mod:`gateway.quotas`): a principal has at most ``max_running`` runs (both
+kinds) running and ``max_queued`` more waiting; :meth:`Runs.create` admits a run
+atomically across instances or refuses it (429 ``run_quota_exceeded``). An admitted
+run starts ``queued``: before it opens the upstream it claims a running slot
+(:meth:`~gateway.store.Store.claim_run_slot`, first come first served across
+instances), waking when a run of this process ends and every
+:data:`SLOT_POLL_SECONDS` for runs ending elsewhere. A queued run holds its lease like
+a running one; a stop ends it ``cancelled``, a drain ``interrupted``.
 """
 
 from __future__ import annotations
@@ -34,11 +43,12 @@ from typing import Any, Protocol
 
 import trio
 
-from gateway.errors import GatewayError, Interrupted, NotFound, RunLogFull
+from gateway.errors import Draining, GatewayError, Interrupted, NotFound, RunLogFull
 from gateway.events import Event
 from gateway.fronts.responses import journal_response_sse
 from gateway.fronts.runs import run_sse
 from gateway.pipeline import ChatPipeline
+from gateway.quotas import run_quota_exceeded
 from gateway.reaper import keep_lease
 from gateway.relay import CANCELLED, Relay, RelayOptions
 from gateway.runbus import RunBus, follow_events
@@ -65,6 +75,8 @@ TERMINALS = frozenset(
 )
 #: how long a follower waits for news before it reads the journal again anyway
 SAFETY_POLL_SECONDS = 5.0
+#: how often a queued run looks for a running slot freed on another instance
+SLOT_POLL_SECONDS = 1.0
 
 
 def new_run_id() -> str:
@@ -177,6 +189,21 @@ class JournalFront(Protocol):
     def cancel(self, events: list[Event], manifest: dict[str, Any]) -> list[dict[str, Any]]: ...
 
 
+async def _first_of(a: trio.Event, b: trio.Event | None) -> None:
+    """Wait until ``a`` or ``b`` is set."""
+    if b is None:
+        await a.wait()
+        return
+    async with trio.open_nursery() as nursery:
+        for event in (a, b):
+            nursery.start_soon(_set_then_cancel, event, nursery.cancel_scope)
+
+
+async def _set_then_cancel(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
 def _concat(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [e for part in parts for e in part]
 
@@ -221,6 +248,8 @@ class Runs:
         lease_seconds: float = 15.0,
         max_events: int = 10_000,
         max_event_bytes: int = 1 << 20,
+        max_running: int | None = None,
+        max_queued: int = 0,
     ) -> None:
         self.store = store
         self.bus = bus
@@ -228,7 +257,12 @@ class Runs:
         self.lease_seconds = lease_seconds
         self.max_events = max_events
         self._max_event_bytes = max_event_bytes
+        #: per principal (None: no quota); see the module docstring
+        self.max_running = max_running
+        self.max_queued = max_queued
         self._local: dict[str, _Local] = {}
+        #: set (and replaced) whenever a run of this process ends: queued runs look again
+        self._ended = trio.Event()
 
     # -- reading -------------------------------------------------------------------
 
@@ -274,7 +308,37 @@ class Runs:
         )
 
     async def create(self, rec: RunRecord) -> None:
-        await trio.to_thread.run_sync(self.store.create_run, rec)
+        """Journal a new run, or refuse it when its owner has as many running and
+        queued as the quota allows (QuotaExceeded, 429)."""
+        if self.max_running is None:
+            await trio.to_thread.run_sync(self.store.create_run, rec)
+            return
+        limit = self.max_running + self.max_queued
+        if not await trio.to_thread.run_sync(lambda: self.store.create_run(rec, max_active=limit)):
+            raise run_quota_exceeded(self.max_running, self.max_queued)
+
+    async def wait_slot(self, rec: RunRecord, draining: trio.Event | None) -> None:
+        """Until ``rec`` may run (its owner's running quota); Draining if this instance
+        stops first. A store that fails meanwhile is tried again (the lease keeper
+        gives the run up if it stays down)."""
+        if self.max_running is None:
+            return
+        while True:
+            if draining is not None and draining.is_set():
+                raise Draining()
+            try:
+                if await trio.to_thread.run_sync(
+                    self.store.claim_run_slot, rec.id, self.holder, self.max_running
+                ):
+                    return
+            except StoreError as exc:
+                log.warning("run %s: cannot claim a running slot yet (%s)", rec.id, exc.message)
+            with trio.move_on_after(SLOT_POLL_SECONDS):
+                await _first_of(self._ended, draining)
+
+    def _ended_here(self) -> None:
+        self._ended.set()
+        self._ended = trio.Event()
 
     async def stop(self, rec: RunRecord) -> None:
         """Ask the run to stop (whichever instance runs it) and wait a little for its end."""
@@ -316,6 +380,7 @@ class Runs:
             await job.crashed()
         finally:
             self._local.pop(rec.id, None)
+            self._ended_here()
 
     async def _guard(self, rec: RunRecord, local: _Local) -> None:
         """The lease, and stops asked on any instance, beside the run."""
@@ -396,6 +461,7 @@ class _Job:
         resp: StreamResponse | None = None
         with local.opening:
             try:
+                await self.runs.wait_slot(self.rec, opts.draining)
                 resp = await open_stream()
             except GatewayError as exc:
                 await self._end(front.start() + front.fail([], exc, stage.manifest()), exc)

@@ -6,10 +6,16 @@ answer its new messages plus the assistant's *rewritten* reply are appended (so 
 stored conversation never holds a raw path). Sessions are keyed by
 (principal, session id): the same id string under another principal is another,
 invisible session (404).
+
+A session keeps its newest messages only: at most :data:`MAX_MESSAGES`, and at most
+``limits.history_max_bytes`` of them as JSON (:func:`trim_history`, oldest dropped
+first; one message larger than that is not kept), so one small turn never sends the
+upstream more than that bound of history.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from typing import Any
@@ -18,6 +24,16 @@ import trio
 
 from gateway.errors import NotFound, RequestError
 from gateway.store import Store
+
+__all__ = [
+    "KIND",
+    "MAX_MESSAGES",
+    "Sessions",
+    "message_bytes",
+    "session_id_from",
+    "trim_history",
+    "validate_session_id",
+]
 
 KIND = "session"
 MAX_MESSAGES = 500
@@ -40,9 +56,30 @@ def session_id_from(headers_value: str | None, body: dict[str, Any]) -> str | No
     return validate_session_id(value)
 
 
+def message_bytes(message: object) -> int:
+    """A message's weight: its compact JSON, as the store keeps it."""
+    return len(json.dumps(message, separators=(",", ":"), default=str))
+
+
+def trim_history(
+    messages: list[dict[str, Any]], max_bytes: int, max_messages: int = MAX_MESSAGES
+) -> list[dict[str, Any]]:
+    """The newest messages that fit in ``max_bytes`` and ``max_messages`` (a suffix)."""
+    kept: list[dict[str, Any]] = []
+    total = 0
+    for m in reversed(messages[-max_messages:]):
+        total += message_bytes(m)
+        if total > max_bytes:
+            break
+        kept.append(m)
+    kept.reverse()
+    return kept
+
+
 class Sessions:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, max_bytes: int = 1 << 20) -> None:
         self.store = store
+        self.max_bytes = max_bytes
 
     async def history(self, owner: str, sid: str) -> list[dict[str, Any]]:
         doc = await trio.to_thread.run_sync(self.store.get_json, KIND, owner, sid)
@@ -64,7 +101,7 @@ class Sessions:
                 *new,
                 {"role": "assistant", "content": assistant_text},
             ]
-            doc["messages"] = messages[-MAX_MESSAGES:]
+            doc["messages"] = trim_history(messages, self.max_bytes)
             doc["updated"] = now
             return doc
 

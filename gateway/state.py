@@ -21,6 +21,7 @@ from gateway.config import Config, extra_roots
 from gateway.metrics import Metrics
 from gateway.openwebui import OpenWebUI
 from gateway.pipeline import ChatPipeline, LinkResolver, PipelineSettings
+from gateway.quotas import Quotas
 from gateway.relay import RelayOptions
 from gateway.rewrite import rewrite
 from gateway.runs import Runs
@@ -56,6 +57,7 @@ class GatewayState:
     artifacts: ArtifactService
     sessions: Sessions
     runs: Runs
+    quotas: Quotas
     settings: PipelineSettings
     #: Open WebUI, when ``proxy.openwebui_url`` is set: downloads accept its sessions
     openwebui: OpenWebUI | None = None

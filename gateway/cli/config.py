@@ -21,6 +21,7 @@ from gateway.config import (
     PRINCIPAL_PLACEHOLDER,
     Config,
     LoadedConfig,
+    config_file_warning,
     config_source,
     inspect_config,
     is_multi_user,
@@ -114,6 +115,8 @@ def config_warnings(loaded: LoadedConfig) -> list[str]:
     """Settings that load but will probably not work as meant, one sentence each."""
     cfg = loaded.config
     out = startup_warnings(cfg, "api")
+    exposed = config_file_warning(loaded.source) if loaded.source != "<stdin>" else None
+    out += [exposed] if exposed else []
     if any(key.startswith("proxy.") for key in loaded.given):  # a config for the proxy too
         out += startup_warnings(cfg, "proxy")
     out += _key_warnings(cfg)

@@ -100,12 +100,13 @@ def run_locked(cfg: Any, *, role: str, replace: bool, serve: Callable[[], int]) 
 def _load(args: argparse.Namespace, process: str, role: str) -> Any:
     """The config of a serving command; logging set up from it (``--log-format`` wins)."""
     from gateway.cli.config import startup_warnings
-    from gateway.config import load_config
+    from gateway.config import config_file_warning, config_source, load_config
     from gateway.logs import configure_logging
 
     cfg = load_config(args.config)
     configure_logging(process, args.log_format or cfg.log.format, cfg.log.level)
-    for warning in startup_warnings(cfg, role):
+    exposed = config_file_warning(config_source(args.config, os.environ))
+    for warning in [*startup_warnings(cfg, role), *([exposed] if exposed else [])]:
         log.warning("%s", warning)
     return cfg
 

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import trio
 
-from gateway.errors import GatewayError, UpstreamError
+from gateway.errors import GatewayError, UpstreamError, UpstreamHTTPError
 from gateway.events import Attachments, Event, Text, ToolProgress, Usage
 from gateway.paths import DEFAULT_MAX_PATH_CHARS
 from gateway.proxy.delivery import Delivery
@@ -31,6 +31,7 @@ from gateway.rewrite import StreamRewriter, rewrite
 from gateway.shapes import check_name, check_usage, loads_bounded
 from gateway.sources import abandon
 from gateway.sse import SSEDecoder
+from gateway.upstream import retry_after_seconds
 
 __all__ = ["RemoteRunSource", "RunEventStage", "gateway_error"]
 
@@ -74,7 +75,9 @@ async def gateway_error(resp: httpx.Response, scrub: Any = rewrite) -> GatewayEr
     code = code or f"gateway_http_{resp.status_code}"
     message = scrub(_message(err, "The gateway refused the request."))[:500]
     status = resp.status_code if 400 <= resp.status_code < 500 else 502
-    return GatewayError(message, code=code, status=status)
+    # a quota refusal (429) or an overload (503) keeps its Retry-After for Open WebUI
+    retry_after = retry_after_seconds(resp.headers.get("Retry-After"))
+    return UpstreamHTTPError(message, code=code, status=status, retry_after=retry_after)
 
 
 class RemoteRunSource:

@@ -49,7 +49,10 @@ async def chat_reply(st: GatewayState, req: Incoming) -> Reply:
     pid = st.signer.principal_id(caller.owner)
     sid = session_id_from(req.headers.get("X-Session-Id"), b)
     new_messages: list[dict[str, Any]] = list(b["messages"])
-    history = await st.sessions.history(caller.owner, sid) if sid is not None else []
+    history: list[dict[str, Any]] = []
+    if sid is not None:  # the session stores the turn
+        await st.quotas.check_storage(caller.owner)
+        history = await st.sessions.history(caller.owner, sid)
     messages = await prepare_messages(st, caller.owner, [*history, *new_messages])
     ubody = upstream_chat_body({**b, "messages": messages}, pid)
     front = ChatEncoder(keep_text=sid is not None)  # a session stores the answer

@@ -1,8 +1,13 @@
 """The Responses API: ``POST /v1/responses`` (live, stored, background), get, cancel, delete.
 
 A live response streams through the relay with :class:`ResponsesEncoder`; ``store``
-(default true) keeps the final response object and its conversation for
-``previous_response_id``. ``background: true`` runs it as a journaled run of kind
+(default true) keeps the final response object, the request's own input and the id
+of its predecessor, so ``previous_response_id`` rebuilds the conversation by walking
+the chain back (newest first, until ``limits.history_max_bytes`` or
+:data:`~gateway.sessions.MAX_MESSAGES` is reached, or a predecessor is gone): each
+stored response holds its own turn only, never the conversation again. Responses
+stored before that (with the whole conversation under ``messages``) end the walk
+with their conversation. ``background: true`` runs it as a journaled run of kind
 ``response``: ``GET /v1/responses/{id}`` returns its state, ``?stream=true&
 starting_after=N`` replays its events after ``sequence_number`` N and follows them
 live (on any instance sharing the journal), ``POST /v1/responses/{id}/cancel`` stops
@@ -36,9 +41,9 @@ from gateway.routes._common import (
     pipeline_body,
     relay_response,
 )
-from gateway.sessions import session_id_from
+from gateway.sessions import MAX_MESSAGES, message_bytes, session_id_from, trim_history
 from gateway.state import GatewayState, current
-from gateway.store import INTERRUPTED_ERROR, RunRecord
+from gateway.store import INTERRUPTED_ERROR, RunRecord, Store
 from gateway.web import json_response, sse_response
 
 bp = Blueprint("responses", __name__)
@@ -50,20 +55,61 @@ def _not_found() -> NotFound:
     return NotFound("No such stored response, or it is not yours.", code="response_not_found")
 
 
-async def _history(st: GatewayState, owner: str, b: dict[str, Any]) -> list[dict[str, Any]]:
-    history: list[dict[str, Any]] = []
+def _previous_id(b: dict[str, Any]) -> str | None:
     prev_id = b.get("previous_response_id")
+    if prev_id is not None and not isinstance(prev_id, str):
+        raise RequestError("'previous_response_id' must be a string.", code="invalid_request")
+    return prev_id
+
+
+def _chain(store: Store, owner: str, rid: str, max_bytes: int) -> list[dict[str, Any]] | None:
+    """The conversation up to stored response ``rid``, walked back through its
+    predecessors while it fits (blocking); None when ``rid`` itself is not there."""
+    turns: list[list[dict[str, Any]]] = []
+    size = count = 0
+    seen: set[str] = set()
+    at: str | None = rid
+    while at is not None and at not in seen and size < max_bytes and count < MAX_MESSAGES:
+        seen.add(at)
+        doc = store.get_json(KIND, owner, at)
+        if doc is None:
+            if not turns:
+                return None
+            break  # a deleted or expired predecessor ends the conversation there
+        legacy = doc.get("messages")
+        if isinstance(legacy, list):  # stored with its whole conversation (before chaining)
+            turns.append(legacy)
+            break
+        final = doc.get("response")
+        text = final.get("output_text") if isinstance(final, dict) else None
+        turn = [*doc.get("input", []), {"role": "assistant", "content": text or ""}]
+        turns.append(turn)
+        size += sum(message_bytes(m) for m in turn)
+        count += len(turn)
+        prev = doc.get("previous_response_id")
+        at = prev if isinstance(prev, str) else None
+    return [m for turn in reversed(turns) for m in turn]
+
+
+async def _history(st: GatewayState, owner: str, b: dict[str, Any]) -> list[dict[str, Any]]:
+    """The earlier conversation: the previous response's chain, then the session's."""
+    max_bytes = st.config.limits.history_max_bytes
+    history: list[dict[str, Any]] = []
+    prev_id = _previous_id(b)
     if prev_id is not None:
-        if not isinstance(prev_id, str):
-            raise RequestError("'previous_response_id' must be a string.", code="invalid_request")
-        prev = await trio.to_thread.run_sync(st.store.get_json, KIND, owner, prev_id)
-        if prev is None:
+        chain = await trio.to_thread.run_sync(_chain, st.store, owner, prev_id, max_bytes)
+        if chain is None:
             raise _not_found()
-        history.extend(prev.get("messages", []))
+        history.extend(chain)
     sid = session_id_from(request.headers.get("X-Session-Id"), b)
     if sid is not None:
         history.extend(await st.sessions.history(owner, sid))
-    return history
+    return trim_history(history, max_bytes)
+
+
+def _stores(b: dict[str, Any], background: bool) -> bool:
+    """Whether the request keeps something: the response, a session turn or a journal."""
+    return bool(b.get("store", True)) or background or b.get("session_id") is not None
 
 
 def _expiry(st: GatewayState) -> float | None:
@@ -75,18 +121,18 @@ async def _keep(
     st: GatewayState,
     owner: str,
     b: dict[str, Any],
-    messages: list[dict[str, Any]],
     turn: tuple[str | None, list[dict[str, Any]]],
     front: ResponsesEncoder,
 ) -> None:
-    """Store the response (``store``) and the session turn, once the answer is final."""
+    """Store the response (``store``: its object, its own input and its predecessor's
+    id) and the session turn, once the answer is final."""
     text = front.text()
     final = front.final
+    sid, new = turn
     if b.get("store", True) and final is not None:
-        doc = {"response": final, "messages": [*messages, {"role": "assistant", "content": text}]}
+        doc = {"response": final, "previous_response_id": _previous_id(b), "input": new}
         put = partial(st.store.put_json, KIND, owner, front.response_id, doc, expires=_expiry(st))
         await trio.to_thread.run_sync(put)
-    sid, new = turn
     if sid is not None and final is not None and final["status"] != "failed":
         await st.sessions.append(owner, sid, new, text)
 
@@ -101,6 +147,8 @@ async def create_response() -> Response:
     if not isinstance(background, bool):
         raise RequestError("'background' must be true or false.", code="invalid_request")
     mode = effective_link_mode(caller, b, st.config.artifacts.default_link_mode)
+    if _stores(b, background) or request.headers.get("X-Session-Id") is not None:
+        await st.quotas.check_storage(caller.owner)
     history = await _history(st, caller.owner, b)
     messages = await prepare_messages(st, caller.owner, [*history, *new])
     pid = st.signer.principal_id(caller.owner)
@@ -113,7 +161,7 @@ async def create_response() -> Response:
     turn = (session_id_from(request.headers.get("X-Session-Id"), b), new)
 
     async def keep(outcome: object) -> None:
-        await _keep(st, caller.owner, b, messages, turn, front)
+        await _keep(st, caller.owner, b, turn, front)
 
     if not stream:
         ubody = upstream_responses_body(b, messages, pid, stream=False)
@@ -150,7 +198,7 @@ async def _background(
         return {"response": front.final}
 
     async def before_complete() -> None:
-        await _keep(st, caller.owner, b, messages, turn, front)
+        await _keep(st, caller.owner, b, turn, front)
 
     current_app.nursery.start_soon(  # type: ignore[attr-defined]
         st.runs.execute,

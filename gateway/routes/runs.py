@@ -89,6 +89,7 @@ async def start_run() -> Response:
     new = run_messages(b)
     mode = effective_link_mode(caller, b, st.config.artifacts.default_link_mode)
     sid = session_id_from(request.headers.get("X-Session-Id"), b)
+    await st.quotas.check_storage(caller.owner)  # a run's journal is stored
     history = await st.sessions.history(caller.owner, sid) if sid is not None else []
     messages = await prepare_messages(st, caller.owner, [*history, *new])
     pid = st.signer.principal_id(caller.owner)

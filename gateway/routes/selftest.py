@@ -39,6 +39,7 @@ async def selftest() -> Response:
             "'nonce' must be 16 to 64 lowercase hex characters.", code="invalid_nonce"
         )
     mode = effective_link_mode(caller, b, st.config.artifacts.default_link_mode)
+    await st.quotas.take_selftest(caller.owner)  # each writes a file
     scope = st.artifacts.scope(caller.owner)
     try:
         if not scope:

@@ -27,10 +27,12 @@ from gateway.store.base import (
     LeaseLost,
     Notification,
     NotificationSource,
+    QuotaTake,
     RunRecord,
     SigningKey,
     Store,
     StoreCheck,
+    StoredUsage,
     StoreError,
 )
 from gateway.store.migrations import EXPECTED_VERSION, MIGRATIONS, Migration
@@ -51,6 +53,7 @@ __all__ = [
     "Migration",
     "Notification",
     "NotificationSource",
+    "QuotaTake",
     "RunRecord",
     "SQLiteStore",
     "SigningKey",
@@ -58,6 +61,7 @@ __all__ = [
     "StoreCheck",
     "StoreError",
     "StoreSettings",
+    "StoredUsage",
     "open_configured_store",
     "open_store",
     "store_settings",

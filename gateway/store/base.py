@@ -43,6 +43,12 @@ Contract
   sends ``NOTIFY gateway_runs, '<run_id>:<seq>'`` in the same transaction as every
   append (see :mod:`gateway.runbus`). :meth:`Store.request_run_stop` records a stop
   asked on any instance (``NOTIFY ... '<run_id>:stop'``) for the holder to act on.
+* **Quotas.** Per-owner counters in fixed time windows (:meth:`Store.take_quota`: a
+  read-modify-write holding the counter's row, so instances sharing the database never
+  grant more than the limit together); what an owner stores (:meth:`Store.stored_usage`:
+  the bytes of its unexpired documents, counted at every write, and of its run
+  journals' events); and admission of runs (:meth:`Store.create_run` with
+  ``max_active``, :meth:`Store.claim_run_slot`), serialized per owner.
 * **Health.** :meth:`Store.check_writable` performs a real write and answers False
   instead of raising; :meth:`Store.check` gives the details ``gateway db check``
   prints; :meth:`Store.close` is idempotent.
@@ -69,11 +75,13 @@ __all__ = [
     "LeaseLost",
     "Notification",
     "NotificationSource",
+    "QuotaTake",
     "RunRecord",
     "SigningKey",
     "Store",
     "StoreCheck",
     "StoreError",
+    "StoredUsage",
 ]
 
 LINK_MODES = frozenset({"private", "public"})
@@ -140,6 +148,22 @@ class RunRecord:
     @property
     def finished(self) -> bool:
         return self.status in RUN_FINISHED_STATUSES
+
+
+class QuotaTake(NamedTuple):
+    """What :meth:`Store.take_quota` granted."""
+
+    granted: int  # how many of the asked units were granted (0 .. n)
+    used: int  # the window's count afterwards
+    resets_at: float  # when the window ends (unix seconds)
+
+
+class StoredUsage(NamedTuple):
+    """What one owner stores (:meth:`Store.stored_usage`)."""
+
+    bytes: int  # unexpired documents (sessions, stored responses) and run journal events
+    next_expiry: float | None  # the earliest expiry of one of its documents
+    oldest_finished: float | None  # when its oldest finished run (still kept) ended
 
 
 class InterruptedRun(NamedTuple):
@@ -300,8 +324,16 @@ class Store(Protocol):
 
     # -- run journal --------------------------------------------------------------------
 
-    def create_run(self, rec: RunRecord) -> None:
-        """Insert a new run (``last_seq`` must be 0; ValueError on a duplicate id)."""
+    def create_run(self, rec: RunRecord, *, max_active: int | None = None) -> bool:
+        """Insert a new run (``last_seq`` must be 0; ValueError on a duplicate id). With
+        ``max_active``: only if the owner has fewer unfinished runs (any kind) than that,
+        checked and inserted atomically across instances; False when refused."""
+        ...
+
+    def claim_run_slot(self, run_id: str, holder: str, max_running: int) -> bool:
+        """Move the held, queued run to ``running`` if its owner's running runs plus its
+        queued runs created before it are fewer than ``max_running`` (first come, first
+        served); True if it is running now. LeaseLost unless ``holder`` holds it."""
         ...
 
     def get_run(self, run_id: str, owner: str) -> RunRecord | None:
@@ -363,6 +395,23 @@ class Store(Protocol):
 
     def purge_runs(self, finished_before: float) -> int:
         """Delete runs (and their events) finished before ``finished_before``; how many."""
+        ...
+
+    # -- quotas -------------------------------------------------------------------------
+
+    def take_quota(
+        self, owner: str, kind: str, limit: int, window: int, n: int = 1, now: float | None = None
+    ) -> QuotaTake:
+        """Count up to ``n`` units of ``kind`` for ``owner`` in the current fixed window of
+        ``window`` seconds, as many as keep the window's count at most ``limit``."""
+        ...
+
+    def stored_usage(self, owner: str, now: float | None = None) -> StoredUsage:
+        """What ``owner`` stores now (unexpired documents and its runs' journals)."""
+        ...
+
+    def purge_quota_counters(self, before: float) -> int:
+        """Delete counters of windows that started before ``before``; how many."""
         ...
 
     # -- coordination, health, lifetime -------------------------------------------------

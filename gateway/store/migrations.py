@@ -12,6 +12,9 @@ Policy
 * **Additive (expand/contract).** A migration only adds: tables, nullable columns or
   columns with a default, indexes. It never drops, renames or retypes something the
   previous release reads or writes, and never adds a NOT NULL column without a default.
+  The one data change allowed is a backfill of a column the same migration adds (6:
+  the bytes of existing documents and run journals); rows an older release writes
+  during a rolling restart keep their old count (0 when new) until written again.
   So during a rolling restart old instances (already running) and new ones work on the
   same, newer schema. Removing something takes two releases: the first stops using it
   (expand), a later one drops it (contract) once no instance of the first release runs.
@@ -230,6 +233,44 @@ MIGRATIONS: tuple[Migration, ...] = (
         "runs.stop_requested (a stop asked on any instance reaches the holder)",
         "ALTER TABLE runs ADD COLUMN stop_requested REAL;",
         "ALTER TABLE runs ADD COLUMN stop_requested DOUBLE PRECISION;",
+    ),
+    Migration(
+        6,
+        "quotas: per-principal counters, stored bytes of documents and run journals",
+        """
+        CREATE TABLE quota_counters (
+            owner        TEXT NOT NULL,
+            kind         TEXT NOT NULL,
+            window_start INTEGER NOT NULL,
+            used         INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (owner, kind, window_start)
+        ) WITHOUT ROWID;
+        CREATE INDEX quota_counters_window ON quota_counters (window_start);
+        ALTER TABLE documents ADD COLUMN value_bytes INTEGER NOT NULL DEFAULT 0;
+        UPDATE documents SET value_bytes = length(CAST(value AS BLOB));
+        CREATE INDEX documents_owner_bytes ON documents (owner, expires, value_bytes);
+        ALTER TABLE runs ADD COLUMN event_bytes INTEGER NOT NULL DEFAULT 0;
+        UPDATE runs SET event_bytes = COALESCE(
+            (SELECT SUM(length(CAST(event AS BLOB))) FROM run_events WHERE run_id = runs.id), 0);
+        CREATE INDEX runs_owner_unfinished ON runs (owner, status) WHERE finished_at IS NULL;
+        """,
+        """
+        CREATE TABLE quota_counters (
+            owner        TEXT NOT NULL,
+            kind         TEXT NOT NULL,
+            window_start BIGINT NOT NULL,
+            used         BIGINT NOT NULL DEFAULT 0,
+            PRIMARY KEY (owner, kind, window_start)
+        );
+        CREATE INDEX quota_counters_window ON quota_counters (window_start);
+        ALTER TABLE documents ADD COLUMN value_bytes BIGINT NOT NULL DEFAULT 0;
+        UPDATE documents SET value_bytes = octet_length(value);
+        CREATE INDEX documents_owner_bytes ON documents (owner, expires, value_bytes);
+        ALTER TABLE runs ADD COLUMN event_bytes BIGINT NOT NULL DEFAULT 0;
+        UPDATE runs SET event_bytes = COALESCE(
+            (SELECT SUM(octet_length(event)) FROM run_events WHERE run_id = runs.id), 0);
+        CREATE INDEX runs_owner_unfinished ON runs (owner, status) WHERE finished_at IS NULL;
+        """,
     ),
 )
 

@@ -264,6 +264,9 @@ class PostgresStore(SQLStore["psycopg.Connection[Any]"]):
     def _notify(self, c: psycopg.Connection[Any], run_id: str, what: int | str) -> None:
         c.execute("SELECT pg_notify(%s, %s)", (RUNS_CHANNEL, f"{run_id}:{what}"))
 
+    def _lock_owner(self, c: psycopg.Connection[Any], owner: str) -> None:
+        c.execute("SELECT pg_advisory_xact_lock(%s)", (base.advisory_key("owner:" + owner),))
+
     # -- migrations ------------------------------------------------------------------------
 
     def schema_version(self) -> int:
@@ -322,15 +325,16 @@ class PostgresStore(SQLStore["psycopg.Connection[Any]"]):
             text = base.dump_doc(new)
             if row is not None:
                 c.execute(
-                    "UPDATE documents SET value = %s, updated = %s, expires = %s"
-                    " WHERE kind = %s AND owner = %s AND key = %s",
-                    (text, now, expires, kind, owner, key),
+                    "UPDATE documents SET value = %s, updated = %s, expires = %s,"
+                    " value_bytes = %s WHERE kind = %s AND owner = %s AND key = %s",
+                    (text, now, expires, len(text), kind, owner, key),
                 )
                 return True, new
             inserted = c.execute(
-                "INSERT INTO documents (kind, owner, key, value, created, updated, expires)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                (kind, owner, key, text, now, now, expires),
+                "INSERT INTO documents"
+                " (kind, owner, key, value, created, updated, expires, value_bytes)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (kind, owner, key, text, now, now, expires, len(text)),
             ).rowcount
             return inserted == 1, new  # 0: a concurrent first write won; retry under its lock
 
@@ -356,7 +360,7 @@ class PostgresStore(SQLStore["psycopg.Connection[Any]"]):
             SELECT %(id)s, e.seq, e.event, %(now)s
             FROM ok, unnest(%(seqs)s::bigint[], %(events)s::text[]) AS e (seq, event)
         ), upd AS (
-            UPDATE runs SET last_seq = %(last)s
+            UPDATE runs SET last_seq = %(last)s, event_bytes = event_bytes + %(bytes)s
             WHERE id = %(id)s AND EXISTS (SELECT 1 FROM ok)
             RETURNING pg_notify(%(channel)s, %(payload)s)
         )
@@ -387,6 +391,7 @@ class PostgresStore(SQLStore["psycopg.Connection[Any]"]):
             "seqs": [seq for seq, _ in encoded],
             "events": [text for _, text in encoded],
             "last": last,
+            "bytes": sum(len(text) for _, text in encoded),
             "channel": RUNS_CHANNEL,
             "payload": f"{run_id}:{last}",
         }

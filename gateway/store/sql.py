@@ -56,11 +56,12 @@ RUN_COLUMNS = (
     " holder, lease_expires, last_seq, stop_requested"
 )
 #: insert or replace a document (both backends' upsert)
+#: (kind, owner, key, value, created, updated, expires, value_bytes)
 UPSERT_DOCUMENT = (
-    "INSERT INTO documents (kind, owner, key, value, created, updated, expires)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (kind, owner, key) DO UPDATE SET"
-    " value = excluded.value, updated = excluded.updated, expires = excluded.expires"
+    "INSERT INTO documents (kind, owner, key, value, created, updated, expires, value_bytes)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (kind, owner, key) DO UPDATE SET value = excluded.value,"
+    " updated = excluded.updated, expires = excluded.expires, value_bytes = excluded.value_bytes"
 )
 _LEASE_LOST = "This instance no longer holds the run's lease."
 
@@ -224,6 +225,11 @@ def _execute(c: Connection, sql: str, params: Sequence[Any] | None) -> Cursor:
     return c.execute(sql) if params is None else c.execute(sql, params)
 
 
+def _event_bytes(encoded: list[tuple[int, str]]) -> int:
+    """What journaled events weigh (their JSON is ASCII: characters are bytes)."""
+    return sum(len(text) for _, text in encoded)
+
+
 def _placeholders(n: int) -> str:
     return "(" + ", ".join("?" * n) + ")"
 
@@ -262,6 +268,10 @@ class SQLStore(Store, Generic[C]):
 
     def _notify(self, c: C, run_id: str, what: int | str) -> None:
         """Tell listening instances about run ``run_id`` (a seq, or "stop"); no-op here."""
+
+    def _lock_owner(self, c: C, owner: str) -> None:
+        """Serialize the owner's run admissions until the transaction ends (SQLite's
+        BEGIN IMMEDIATE already serializes every write transaction)."""
 
     def _execute(self, sql: str, params: Sequence[Any]) -> None:
         q = self.dialect.sql(sql)
@@ -361,7 +371,7 @@ class SQLStore(Store, Generic[C]):
     ) -> None:
         text = base.dump_doc(value)
         now = time.time()
-        self._execute(UPSERT_DOCUMENT, (kind, owner, key, text, now, now, expires))
+        self._execute(UPSERT_DOCUMENT, (kind, owner, key, text, now, now, expires, len(text)))
 
     def update_json(
         self,
@@ -489,9 +499,64 @@ class SQLStore(Store, Generic[C]):
 
     # -- run journal -----------------------------------------------------------------------
 
-    def create_run(self, rec: RunRecord) -> None:
+    def create_run(self, rec: RunRecord, *, max_active: int | None = None) -> bool:
         base.check_run(rec)
-        self._insert_new("runs", RUN_COLUMNS, run_params(rec), "a run")
+        if max_active is None:
+            self._insert_new("runs", RUN_COLUMNS, run_params(rec), "a run")
+            return True
+        q = self.dialect.sql
+        insert = q(
+            f"INSERT INTO runs ({RUN_COLUMNS}) VALUES {_placeholders(len(RUN_COLUMNS.split(',')))}"
+        )
+
+        def tx(c: C) -> bool:
+            self._lock_owner(c, rec.owner)
+            active = c.execute(
+                q("SELECT COUNT(*) FROM runs WHERE owner = ? AND finished_at IS NULL"),
+                (rec.owner,),
+            ).fetchone()[0]
+            if int(active) >= max_active:
+                return False
+            c.execute(insert, run_params(rec))
+            return True
+
+        try:
+            return self._tx(tx)
+        except Exception as exc:
+            if self._is_duplicate(exc):
+                raise ValueError("a run with this id already exists") from None
+            raise
+
+    def claim_run_slot(self, run_id: str, holder: str, max_running: int) -> bool:
+        q = self.dialect.sql
+
+        def tx(c: C) -> bool:
+            row = c.execute(
+                q(
+                    "SELECT owner, status, created FROM runs"
+                    " WHERE id = ? AND holder = ? AND finished_at IS NULL{for_update}"
+                ),
+                (run_id, holder),
+            ).fetchone()
+            if row is None:
+                raise LeaseLost(_LEASE_LOST)
+            owner, status, created = row
+            if status == "running":
+                return True
+            ahead = c.execute(
+                q(
+                    "SELECT COUNT(*) FROM runs WHERE owner = ? AND finished_at IS NULL"
+                    " AND id <> ? AND (status = 'running' OR (status = 'queued'"
+                    " AND (created < ? OR (created = ? AND id < ?))))"
+                ),
+                (owner, run_id, created, created, run_id),
+            ).fetchone()[0]
+            if int(ahead) >= max_running:
+                return False
+            c.execute(q("UPDATE runs SET status = 'running' WHERE id = ?"), (run_id,))
+            return True
+
+        return self._tx(tx)
 
     def get_run(self, run_id: str, owner: str) -> RunRecord | None:
         row = self._one(
@@ -543,7 +608,9 @@ class SQLStore(Store, Generic[C]):
         self._tx(tx)
 
     def append_run_events(self, run_id: str, events: Sequence[dict[str, Any]], holder: str) -> None:
-        sql = self.dialect.sql("UPDATE runs SET last_seq = ? WHERE id = ?")
+        sql = self.dialect.sql(
+            "UPDATE runs SET last_seq = ?, event_bytes = event_bytes + ? WHERE id = ?"
+        )
 
         def tx(c: C) -> None:
             last = self._held(c, run_id, holder)
@@ -551,7 +618,7 @@ class SQLStore(Store, Generic[C]):
             if not encoded:
                 return
             self._insert_events(c, run_id, encoded, time.time())
-            c.execute(sql, (encoded[-1][0], run_id))
+            c.execute(sql, (encoded[-1][0], _event_bytes(encoded), run_id))
             self._notify(c, run_id, encoded[-1][0])
 
         self._tx(tx)
@@ -578,7 +645,7 @@ class SQLStore(Store, Generic[C]):
         text = base.dump_doc(summary)
         sql = self.dialect.sql(
             "UPDATE runs SET status = ?, summary = ?, finished_at = ?, holder = NULL,"
-            " lease_expires = NULL, last_seq = ? WHERE id = ?"
+            " lease_expires = NULL, last_seq = ?, event_bytes = event_bytes + ? WHERE id = ?"
         )
 
         def tx(c: C) -> None:
@@ -588,7 +655,7 @@ class SQLStore(Store, Generic[C]):
             if encoded:
                 self._insert_events(c, run_id, encoded, now)
             seq = encoded[-1][0] if encoded else last
-            c.execute(sql, (status, text, now, seq, run_id))
+            c.execute(sql, (status, text, now, seq, _event_bytes(encoded), run_id))
             self._notify(c, run_id, seq)
 
         self._tx(tx)
@@ -633,14 +700,15 @@ class SQLStore(Store, Generic[C]):
             done: list[InterruptedRun] = []
             for run_id, owner, last in rows:
                 seq = int(last) + 1
-                event = base.interrupted_event(run_id, seq)
-                self._insert_events(c, run_id, [(seq, base.dump_doc(event))], now)
+                text = base.dump_doc(base.interrupted_event(run_id, seq))
+                self._insert_events(c, run_id, [(seq, text)], now)
                 c.execute(
                     q(
                         "UPDATE runs SET status = 'interrupted', finished_at = ?, holder = NULL,"
-                        " lease_expires = NULL, last_seq = ? WHERE id = ?"
+                        " lease_expires = NULL, last_seq = ?, event_bytes = event_bytes + ?"
+                        " WHERE id = ?"
                     ),
-                    (now, seq, run_id),
+                    (now, seq, len(text), run_id),
                 )
                 self._notify(c, run_id, seq)
                 done.append(InterruptedRun(run_id, owner, seq))
@@ -652,6 +720,59 @@ class SQLStore(Store, Generic[C]):
         return self._count(
             "DELETE FROM runs WHERE finished_at IS NOT NULL AND finished_at < ?", (finished_before,)
         )
+
+    # -- quotas ----------------------------------------------------------------------------
+
+    def take_quota(
+        self, owner: str, kind: str, limit: int, window: int, n: int = 1, now: float | None = None
+    ) -> base.QuotaTake:
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError("window is a positive int (seconds)")
+        at = time.time() if now is None else now
+        start = int(at // window) * window
+        key = (owner, kind, start)
+        q = self.dialect.sql
+        where = " WHERE owner = ? AND kind = ? AND window_start = ?"
+
+        def tx(c: C) -> tuple[int, int]:
+            c.execute(
+                q(
+                    "INSERT INTO quota_counters (owner, kind, window_start, used)"
+                    " VALUES (?, ?, ?, 0) ON CONFLICT DO NOTHING"
+                ),
+                key,
+            )
+            used = int(
+                c.execute(
+                    q("SELECT used FROM quota_counters" + where + "{for_update}"), key
+                ).fetchone()[0]
+            )
+            granted = max(0, min(n, limit - used))
+            if granted:
+                c.execute(q("UPDATE quota_counters SET used = used + ?" + where), (granted, *key))
+            return granted, used + granted
+
+        granted, used = self._tx(tx)
+        return base.QuotaTake(granted, used, float(start + window))
+
+    def stored_usage(self, owner: str, now: float | None = None) -> base.StoredUsage:
+        at = time.time() if now is None else now
+        live = "owner = ? AND (expires IS NULL OR expires > ?)"
+        row = self._one(
+            f"SELECT (SELECT COALESCE(SUM(value_bytes), 0) FROM documents WHERE {live}),"
+            " (SELECT COALESCE(SUM(event_bytes), 0) FROM runs WHERE owner = ?),"
+            " (SELECT MIN(expires) FROM documents WHERE owner = ? AND expires > ?),"
+            " (SELECT MIN(finished_at) FROM runs WHERE owner = ? AND finished_at IS NOT NULL)",
+            (owner, at, owner, owner, at, owner),
+        )
+        return base.StoredUsage(
+            int(row[0]) + int(row[1]),
+            None if row[2] is None else float(row[2]),
+            None if row[3] is None else float(row[3]),
+        )
+
+    def purge_quota_counters(self, before: float) -> int:
+        return self._count("DELETE FROM quota_counters WHERE window_start < ?", (int(before),))
 
     # -- health ----------------------------------------------------------------------------
 

@@ -248,7 +248,8 @@ class SQLiteStore(SQLStore[sqlite3.Connection]):
             new = fn(current)
             if new is None:
                 return current
-            c.execute(UPSERT_DOCUMENT, (kind, owner, key, base.dump_doc(new), now, now, expires))
+            text = base.dump_doc(new)
+            c.execute(UPSERT_DOCUMENT, (kind, owner, key, text, now, now, expires, len(text)))
             return new
 
         return self._tx(tx)

@@ -63,6 +63,12 @@ __all__ = ["main"]
 
 BENCH_KEY = "bench-key-0123456789abcdef"
 LINKS_PER_STREAM = 256
+#: one principal drives the whole load: its per-principal quotas must not shape it
+BENCH_QUOTAS = {
+    "max_running_runs": 100_000,
+    "links_per_minute": 1_000_000_000,
+    "max_stored_bytes": 1 << 50,
+}
 
 
 # -- through real processes ----------------------------------------------------------------
@@ -235,6 +241,7 @@ def _gateways(
             roots=[root],
             keys=[(BENCH_KEY, "bench", "user")],
             database_url=database_url,
+            sections={"quotas": BENCH_QUOTAS},
         )
         for k in range(n)
     ]

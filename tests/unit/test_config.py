@@ -805,14 +805,33 @@ def test_owner_prefix(home: Path) -> None:
     cfg = config_from_dict(keys((PROXY_KEY, "owui", "proxy"), (ALICE_KEY, "alice", "user")))
     assert [k.owner_prefix for k in cfg.auth.keys] == ["openwebui:", "openwebui:"]
     custom = {"key": PROXY_KEY, "principal": "slack", "role": "proxy", "owner_prefix": "slack:"}
-    user = {"key": ALICE_KEY, "principal": "openwebui:alice"}  # no proxy claims openwebui:
+    user = {"key": ALICE_KEY, "principal": "alice"}
     cfg = config_from_dict({"auth": {"keys": [custom, user]}})
     assert cfg.auth.keys[0].owner_prefix == "slack:"
     with pytest.raises(ConfigError) as info:
-        config_from_dict(keys((PROXY_KEY, "owui", "proxy"), (ALICE_KEY, "openwebui:al", "user")))
+        config_from_dict({"auth": {"keys": [custom, {**user, "principal": "slack:al"}]}})
     message = str(info.value)
-    assert "auth.keys[0]" in message and "'openwebui:'" in message
-    assert PROXY_KEY not in message and ALICE_KEY not in message
+    assert message.startswith("config key 'auth.keys[1].principal'") and "auth.keys[0]" in message
+    assert "'slack:'" in message and PROXY_KEY not in message and ALICE_KEY not in message
+    # another proxy key in that space could act as the first one's own principal too
+    other = {"key": BOB_KEY, "principal": "slack:bot", "role": "proxy", "owner_prefix": "x:"}
+    with pytest.raises(ConfigError, match=r"auth.keys\[1\].principal"):
+        config_from_dict({"auth": {"keys": [custom, other]}})
+
+
+@pytest.mark.parametrize("role", ["user", "proxy"])
+def test_no_key_may_be_an_open_webui_user(home: Path, role: str) -> None:
+    """``openwebui:<id>`` is the owner of an Open WebUI user's browser session and of the
+    proxy's runs for that user: a key with such a principal (whatever the proxies'
+    prefixes, with or without proxy.openwebui_url) would share that user's private links."""
+    for principal in ("openwebui:alice", "openwebui:"):
+        entry = {"key": ALICE_KEY, "principal": principal, "role": role}
+        with pytest.raises(ConfigError) as info:
+            config_from_dict({"auth": {"keys": [entry]}})
+        message = str(info.value)
+        assert message.startswith("config key 'auth.keys[0].principal': starts with 'openwebui:'")
+        assert "\n" not in message and ALICE_KEY not in message
+    assert config_from_dict(keys((ALICE_KEY, "openwebui-alice", role))).auth.keys[0]
 
 
 @pytest.mark.parametrize(
@@ -888,3 +907,48 @@ def _toml_value(value: object) -> str:
 def _to_toml(data: dict[str, Any]) -> str:
     lines = [f'"{k}" = {_toml_value(v)}' for k, v in data.items()]
     return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("char", ["\u202e", "\u2066", "\u200b", "\x7f", "\ufeff"])
+@pytest.mark.parametrize("key", ["server.public_base_url", "proxy.openwebui_url"])
+def test_urls_refuse_control_and_format_characters(home: Path, char: str, key: str) -> None:
+    """A bidi override (U+202E) or another invisible character in a URL the gateway
+    writes into links and pages would make people read something else than it is."""
+    section, name = key.split(".")
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({section: {name: f"https://gw.example.com/{char}x"}})
+    assert str(info.value).startswith(f"config key {key!r}:")
+    assert char not in str(info.value)
+    assert config_from_dict({section: {name: "https://gw.example.com/dépôt"}})  # letters are fine
+
+
+def test_config_file_readable_by_others_with_secrets_is_warned(home: Path, tmp_path: Path) -> None:
+    """Like the signing-key file (refused with group/other bits), but a warning: naming
+    the file, its mode and the keys that hold secrets, never a secret."""
+    from gateway.cli.config import config_warnings
+    from gateway.config import config_file_warning, inspect_config, read_config_file
+
+    file = tmp_path / "gateway.toml"
+    file.write_text(
+        'database_url = "postgresql://gw:pg-pass-xyz@db/gw"\n'
+        f'[[auth.keys]]\nkey = "{ALICE_KEY}"\nprincipal = "alice"\n'
+        '[proxy]\nopenwebui_jwt_secret = "jwt-secret-value"\n'
+    )
+    for mode, who in ((0o644, "every user of this host"), (0o640, "its group")):
+        file.chmod(mode)
+        warning = config_file_warning(file)
+        assert warning is not None and f"readable by {who} (mode {mode:04o})" in warning
+        assert "database_url, auth.keys[0].key, proxy.openwebui_jwt_secret" in warning
+        assert f"chmod 600 {file}" in warning
+        for secret in (ALICE_KEY, "pg-pass-xyz", "jwt-secret-value"):
+            assert secret not in warning
+        loaded = inspect_config(read_config_file(file), {}, source=str(file))
+        assert warning in config_warnings(loaded)
+    file.chmod(0o600)
+    assert config_file_warning(file) is None
+    assert not any("readable by" in w for w in config_warnings(inspect_config({}, {}, str(file))))
+    # readable, but nothing secret in it (no password in the URL, no key)
+    file.write_text('database_url = "postgresql://gw@db/gw"\n[server]\nbind = "127.0.0.1:0"\n')
+    file.chmod(0o644)
+    assert config_file_warning(file) is None
+    assert config_file_warning(None) is None and config_file_warning(tmp_path / "none") is None

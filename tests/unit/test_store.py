@@ -204,11 +204,23 @@ def test_newer_schema_is_refused(tmp_path: Path, how: str) -> None:
 
 def test_migrations_are_additive() -> None:
     """Expand/contract: no migration drops, renames or retypes anything, and no added
-    column is NOT NULL without a default (an old instance could not insert)."""
+    column is NOT NULL without a default (an old instance could not insert). The one
+    data change allowed is a backfill: an UPDATE that sets only a column the same
+    migration added (no instance of an older release reads it)."""
     forbidden = re.compile(r"\b(DROP|RENAME|ALTER\s+COLUMN|TRUNCATE|DELETE|UPDATE)\b", re.I)
+    backfill = re.compile(r"\bUPDATE\s+(\w+)\s+SET\s+(\w+)\s*=[^;]*;", re.I)
     for m in MIGRATIONS:
         for script in (m.sqlite, m.postgres):
             script = re.sub(r"\bON\s+(DELETE|UPDATE)\s+\w+", "", script, flags=re.I)
+            added = {
+                (t.lower(), c.lower())
+                for t, c in re.findall(
+                    r"ALTER\s+TABLE\s+(\w+)\s+ADD\s+COLUMN\s+(\w+)", script, re.I
+                )
+            }
+            for table, column in backfill.findall(script):
+                assert (table.lower(), column.lower()) in added, (m.version, table, column)
+            script = backfill.sub("", script)
             assert not forbidden.search(script), (m.version, forbidden.search(script))
             for added in re.findall(r"ADD\s+COLUMN\s+([^;,]+)", script, re.I):
                 assert "NOT NULL" not in added.upper() or "DEFAULT" in added.upper(), added

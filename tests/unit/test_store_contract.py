@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,9 +25,11 @@ from gateway.store import (
     INTERRUPTED_ERROR,
     ArtifactRecord,
     LeaseLost,
+    QuotaTake,
     RunRecord,
     SigningKey,
     Store,
+    StoredUsage,
     StoreError,
 )
 from tests.conftest import Backend
@@ -646,3 +649,118 @@ def test_request_run_stop(backend: Backend) -> None:
     a.finish_run("run_1", "cancelled", {}, "A", [ev(1, "run.cancelled")])
     assert b.request_run_stop("run_1", "alice") is False  # finished: nothing to stop
     assert a.run_stop_requested("unknown") is False
+
+
+# -- quotas -------------------------------------------------------------------------------
+
+
+def test_take_quota_counts_per_owner_kind_and_window(store: Store) -> None:
+    now = 6000.0  # a window start for 60 s windows
+    got = store.take_quota("alice", "links", 5, 60, n=3, now=now + 1)
+    assert got == QuotaTake(3, 3, now + 60)
+    assert store.take_quota("alice", "links", 5, 60, n=3, now=now + 59) == QuotaTake(2, 5, now + 60)
+    assert store.take_quota("alice", "links", 5, 60, now=now + 30).granted == 0  # at the limit
+    # other owners, other kinds, the next window: each its own count
+    assert store.take_quota("bob", "links", 5, 60, n=5, now=now + 30).granted == 5
+    assert store.take_quota("alice", "selftests", 5, 3600, now=now).granted == 1
+    assert store.take_quota("alice", "links", 5, 60, n=9, now=now + 60) == QuotaTake(
+        5, 5, now + 120
+    )
+    # a lower limit (configuration changed) grants nothing more, never a negative number
+    assert store.take_quota("bob", "links", 2, 60, now=now + 30) == QuotaTake(0, 5, now + 60)
+    with pytest.raises(ValueError):
+        store.take_quota("alice", "links", 5, 0, now=now)
+    assert store.purge_quota_counters(now + 60) == 3  # the three windows that began at 6000
+    assert store.take_quota("alice", "links", 5, 60, n=5, now=now + 1).granted == 5
+
+
+def test_take_quota_never_grants_more_than_the_limit_across_instances(backend: Backend) -> None:
+    stores = [backend.open(), backend.open()]
+    granted: list[int] = []
+    lock = threading.Lock()
+
+    def take(s: Store) -> None:
+        for _ in range(15):
+            got = s.take_quota("alice", "links", 40, 3600, n=2, now=7200.0)
+            with lock:
+                granted.append(got.granted)
+
+    assert together([functools.partial(take, stores[i % 2]) for i in range(4)]) == []
+    assert sum(granted) == 40 and len(granted) == 60
+
+
+def test_stored_usage_counts_documents_and_run_journals(store: Store) -> None:
+    now = time.time()
+    empty = store.stored_usage("alice", now)
+    assert empty == StoredUsage(0, None, None)
+    store.put_json("session", "alice", "s1", {"m": "x" * 100})
+    doc = len('{"m":"' + "x" * 100 + '"}')
+    assert store.stored_usage("alice").bytes == doc
+    store.update_json("session", "alice", "s1", lambda d: {"m": "y" * 10})
+    store.update_json("session", "alice", "s2", lambda d: {"m": "é"})  # JSON: "\u00e9"
+    small, accent = len('{"m":"' + "y" * 10 + '"}'), len('{"m":"\\u00e9"}')
+    assert store.stored_usage("alice").bytes == small + accent
+    store.put_json("response", "alice", "r1", {"a": 1}, expires=now + 100)
+    store.put_json("response", "alice", "r0", {"a": 2}, expires=now - 1)  # expired: not counted
+    usage = store.stored_usage("alice", now)
+    assert usage.bytes == small + accent + len('{"a":1}') and usage.next_expiry == now + 100
+    assert store.stored_usage("bob", now) == empty  # scoped by owner
+    store.create_run(new_run())
+    store.append_run_events("run_1", [ev(1, "run.started"), ev(2, delta="ab")], "A")
+    journal = sum(
+        len(json.dumps(e, separators=(",", ":"))) for e in [ev(1, "run.started"), ev(2, delta="ab")]
+    )
+    assert store.stored_usage("alice", now).bytes == small + accent + 7 + journal
+    store.finish_run("run_1", "completed", {}, "A", [ev(3, "run.completed")])
+    journal += len(json.dumps(ev(3, "run.completed"), separators=(",", ":")))
+    usage = store.stored_usage("alice", now)
+    assert usage.bytes == small + accent + 7 + journal and usage.oldest_finished is not None
+    store.delete_json("session", "alice", "s1")
+    assert store.stored_usage("alice", now).bytes == accent + 7 + journal
+    store.purge_runs(time.time() + 1)
+    assert store.stored_usage("alice", now).bytes == accent + 7
+
+
+def test_create_run_with_max_active_admits_per_owner(backend: Backend) -> None:
+    a, b = backend.open(), backend.open()
+    assert a.create_run(new_run("r1", status="queued"), max_active=2) is True
+    assert b.create_run(new_run("r2", status="queued"), max_active=2) is True
+    assert a.create_run(new_run("r3", status="queued"), max_active=2) is False
+    assert a.get_run("r3", "alice") is None
+    assert b.create_run(new_run("r4", owner="bob"), max_active=2) is True  # bob's own count
+    assert a.create_run(new_run("r5"), max_active=None) is True  # no limit asked
+    with pytest.raises(ValueError):
+        a.create_run(new_run("r4", owner="bob"), max_active=9)  # a duplicate id
+    a.finish_run("r1", "completed", {}, "A", [ev(1, "run.completed", run_id="r1")])
+    assert b.create_run(new_run("r6"), max_active=3) is True  # r2, r5 and r6
+
+
+def test_create_run_admission_is_atomic_across_instances(backend: Backend) -> None:
+    stores = [backend.open(), backend.open()]
+    results: list[bool] = []
+
+    def create(i: int) -> None:
+        rec = new_run(f"c{i}", status="queued")
+        results.append(stores[i % 2].create_run(rec, max_active=3))
+
+    assert together([functools.partial(create, i) for i in range(8)]) == []
+    assert sorted(results) == [False] * 5 + [True] * 3
+
+
+def test_claim_run_slot_first_come_first_served(store: Store) -> None:
+    for i, created in enumerate((T, T + 1, T + 2)):
+        store.create_run(new_run(f"q{i}", status="queued", created=created))
+    store.create_run(new_run("busy", status="running"))
+    assert store.claim_run_slot("q1", "A", 2) is False  # q0 came first and waits too
+    assert store.claim_run_slot("q0", "A", 2) is True
+    assert store.claim_run_slot("q0", "A", 2) is True  # running already: stays so
+    assert store.claim_run_slot("q1", "A", 2) is False  # busy and q0 run: no slot
+    store.finish_run("busy", "completed", {}, "A", [ev(1, "run.completed", run_id="busy")])
+    assert store.claim_run_slot("q2", "A", 2) is False  # q1 first
+    assert store.claim_run_slot("q1", "A", 2) is True
+    run = store.get_run("q1", "alice")
+    assert run is not None and run.status == "running"
+    with pytest.raises(LeaseLost):
+        store.claim_run_slot("q2", "B", 2)
+    with pytest.raises(LeaseLost):
+        store.claim_run_slot("unknown", "A", 2)
