@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import httpx
@@ -19,11 +20,13 @@ from gateway.artifacts import ArtifactService
 from gateway.auth import Authenticator
 from gateway.config import Config
 from gateway.lean import lean_route
+from gateway.native import NativeApis
 from gateway.openwebui import OpenWebUI
 from gateway.pipeline import PipelineSettings
 from gateway.quotas import Quotas
 from gateway.reaper import MaintenanceSettings, new_holder_id, run_maintenance
-from gateway.routes import blueprints, chat, health
+from gateway.routes import blueprints, chat, health, runs
+from gateway.routes._native import adopted_runs
 from gateway.runbus import RunBus
 from gateway.runs import Runs
 from gateway.sessions import Sessions
@@ -59,9 +62,10 @@ def build_state(
     artifacts = ArtifactService(config, the_store, signer, clock=clock)
     quotas = Quotas(the_store, config, clock=clock)
     artifacts.link_quota = quotas.take_links  # links minted per minute, per principal
+    upstream = Upstream(config.upstream, transport=upstream_transport, scrub=make_scrub(config))
     st = GatewayState(
         config=config,
-        upstream=Upstream(config.upstream, transport=upstream_transport, scrub=make_scrub(config)),
+        upstream=upstream,
         auth=Authenticator(config.auth.keys),
         signer=signer,
         store=the_store,
@@ -79,6 +83,7 @@ def build_state(
         ),
         quotas=quotas,
         settings=settings or pipeline_settings(config),
+        native=NativeApis(config.upstream.apis, upstream.capabilities),
         openwebui=OpenWebUI.from_config(config),
     )
     return st
@@ -137,12 +142,18 @@ def create_app(
         with services:
             async with trio.open_nursery() as nursery:
                 await nursery.start(st.runs.bus.run)
+                # runs the agent runs itself (its own runs API) outlive the instance that
+                # started them: another one adopts them and follows them to their end
+                follow = adopted_runs(st, app.nursery.start_soon, runs.summarize_run)
                 await nursery.start(
-                    run_maintenance,
-                    st.store,
-                    st.runs.bus,
-                    st.signer,
-                    MaintenanceSettings.from_config(config),
+                    partial(
+                        run_maintenance,
+                        st.store,
+                        st.runs.bus,
+                        st.signer,
+                        MaintenanceSettings.from_config(config),
+                        adopt=(st.runs.holder, follow),
+                    )
                 )
 
     @app.before_serving

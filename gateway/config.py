@@ -84,6 +84,7 @@ __all__ = [
 LinkMode = Literal["private", "public"]
 Role = Literal["user", "proxy"]
 LogFormat = Literal["text", "json"]
+UpstreamApis = Literal["auto", "chat", "native"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 MiB = 1024 * 1024
@@ -375,6 +376,12 @@ class UpstreamConfig:
     idle_timeout_seconds: float = setting(300.0, "longest silence inside a stream")
     models_cache_seconds: float = setting(
         60.0, "how long GET /v1/models is cached (0 = not cached)", allow_zero=True
+    )
+    apis: UpstreamApis = setting(
+        "auto",
+        "chat: /v1/responses and /v1/runs are emulated over chat completions; native: the "
+        "upstream's own /responses and /runs are relayed (the Hermes agent's); auto: native "
+        "when GET <base_url>/capabilities says so",
     )
 
 

@@ -49,7 +49,7 @@ import trio
 from gateway.config import Config
 from gateway.runbus import RunBus
 from gateway.signing import ACTIVE_KEY_MAX_AGE, Signer
-from gateway.store import Store, StoreError
+from gateway.store import RunRecord, Store, StoreError
 
 __all__ = [
     "MaintenanceSettings",
@@ -99,17 +99,40 @@ class MaintenanceSettings:
         )
 
 
+#: ``(runs)``: follow runs this instance adopted (their upstream runs them on)
+Adopt = Callable[[list[RunRecord]], None]
+
+
 async def lease_watcher(
     store: Store,
     bus: RunBus | None,
     *,
     interval: float,
     clock: Callable[[], float] = time.time,
+    adopt: tuple[str, float, Adopt] | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Interrupt runs whose lease expired, every ``interval`` s (first sweep at once)."""
+    """Interrupt runs whose lease expired, every ``interval`` s (first sweep at once).
+    ``adopt`` = ``(holder, lease_seconds, follow)``: runs the upstream runs on (the
+    agent's own runs) are adopted instead and handed to ``follow``."""
     task_status.started()
     while True:
+        if adopt is not None:
+            holder, lease, follow = adopt
+            try:
+                now = clock()
+                taken = await trio.to_thread.run_sync(
+                    store.adopt_expired_runs, now, holder, now + lease
+                )
+            except StoreError as exc:
+                log.warning("lease watcher: %s", exc.message)
+            else:
+                if taken:
+                    log.warning(
+                        "adopted %d run(s) whose instance stopped: following them upstream",
+                        len(taken),
+                    )
+                    follow(taken)
         try:
             ended = await trio.to_thread.run_sync(store.interrupt_expired_runs, clock())
         except StoreError as exc:
@@ -230,13 +253,20 @@ async def run_maintenance(
     signer: Signer | None,
     settings: MaintenanceSettings,
     *,
+    adopt: tuple[str, Adopt] | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Everything above in one task for the app's service nursery (until cancelled)."""
+    """Everything above in one task for the app's service nursery (until cancelled);
+    ``adopt`` = ``(holder, follow)``: see :func:`lease_watcher`."""
+    adopting = (adopt[0], settings.lease_seconds, adopt[1]) if adopt is not None else None
     async with trio.open_nursery() as nursery:
         await nursery.start(
             lambda task_status: lease_watcher(
-                store, bus, interval=settings.lease_interval, task_status=task_status
+                store,
+                bus,
+                interval=settings.lease_interval,
+                adopt=adopting,
+                task_status=task_status,
             )
         )
         await nursery.start(

@@ -363,8 +363,11 @@ class Runs:
         summarize: Summarize,
         opts: RelayOptions,
         before_complete: Callable[[], Awaitable[None]] | None = None,
+        after: Callable[[object], Awaitable[None]] | None = None,
     ) -> None:
-        """Run ``rec`` to its end; every batch is journaled before it can be read."""
+        """Run ``rec`` to its end; every batch is journaled before it can be read.
+        ``after(outcome)`` runs once the run has ended here (not when another instance
+        took it over): an agent's own run is stopped upstream unless it completed."""
         local = self._local[rec.id] = _Local()
         job = _Job(self, rec, local, stage, front, summarize)
         try:
@@ -373,11 +376,49 @@ class Runs:
                 with local.scope:
                     await job.run(open_stream, opts, before_complete)
                 nursery.cancel_scope.cancel()
+            if after is not None and not local.lost:
+                with trio.CancelScope(shield=True):
+                    await after(job.outcome)
         except LeaseLost:
             log.warning("run %s: lease lost; another instance ended it", rec.id)
         except Exception:
             log.exception("run %s failed unexpectedly", rec.id)
             await job.crashed()
+        finally:
+            self._local.pop(rec.id, None)
+            self._ended_here()
+
+    async def note_upstream(self, rec: RunRecord, upstream_id: str) -> None:
+        """Record the upstream's own id of a run it runs itself: if this instance stops,
+        another one adopts the run and follows it there (:meth:`follow_adopted`)."""
+        summary = {"upstream_run_id": upstream_id}
+        await trio.to_thread.run_sync(
+            lambda: self.store.update_run(rec.id, self.holder, summary=summary)
+        )
+
+    async def follow_adopted(
+        self,
+        rec: RunRecord,
+        watch: Callable[[RunRecord, _Local], Awaitable[tuple[list[dict[str, Any]], Any]]],
+        summarize: Summarize,
+    ) -> None:
+        """Hold the lease of a run adopted from a stopped instance while ``watch`` waits
+        for the upstream's end (it sees stops through the :class:`_Local`) and encodes
+        the run's last events; journal them."""
+        local = self._local[rec.id] = _Local()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._guard, rec, local)
+                with local.scope:
+                    events, error = await watch(rec, local)
+                    status = status_of(events[-1] if events else {}, error)
+                    with trio.CancelScope(shield=True):
+                        await self.finish(rec, events, status, summarize(events))
+                nursery.cancel_scope.cancel()
+        except LeaseLost:
+            log.warning("run %s: lease lost; another instance ended it", rec.id)
+        except Exception:
+            log.exception("run %s: following it upstream failed", rec.id)
         finally:
             self._local.pop(rec.id, None)
             self._ended_here()
@@ -432,6 +473,8 @@ class _Job:
         self.front = front
         self.summarize = summarize
         self.finished = False
+        #: how the run ended here: "completed", the error, CANCELLED (or None)
+        self.outcome: object = None
 
     async def _end(self, events: list[dict[str, Any]], error: GatewayError | None) -> None:
         if self.finished or self.local.lost:
@@ -464,9 +507,11 @@ class _Job:
                 await self.runs.wait_slot(self.rec, opts.draining)
                 resp = await open_stream()
             except GatewayError as exc:
+                self.outcome = exc
                 await self._end(front.start() + front.fail([], exc, stage.manifest()), exc)
                 return
         if resp is None:
+            self.outcome = CANCELLED
             if not local.lost:
                 await self._end(front.start() + front.cancel([], stage.manifest()), None)
             return
@@ -504,5 +549,5 @@ class _Job:
                 self.local.logged += len(batch)
                 if self.local.logged > self.runs.max_events:  # fronts without a bound
                     relay.stop(RunLogFull())
-        outcome = relay.outcome
+        outcome = self.outcome = relay.outcome
         await self._end(terminal, outcome if isinstance(outcome, GatewayError) else None)

@@ -19,6 +19,7 @@ from gateway.artifacts import ArtifactService, NameOnly
 from gateway.auth import Authenticator
 from gateway.config import Config, extra_roots
 from gateway.metrics import Metrics
+from gateway.native import NativeApis
 from gateway.openwebui import OpenWebUI
 from gateway.pipeline import ChatPipeline, LinkResolver, PipelineSettings
 from gateway.quotas import Quotas
@@ -59,6 +60,8 @@ class GatewayState:
     runs: Runs
     quotas: Quotas
     settings: PipelineSettings
+    #: which of the upstream's own APIs are relayed (``upstream.apis``)
+    native: NativeApis
     #: Open WebUI, when ``proxy.openwebui_url`` is set: downloads accept its sessions
     openwebui: OpenWebUI | None = None
     metrics: Metrics = field(default_factory=Metrics)

@@ -497,6 +497,15 @@ class Upstream:
         report(exc, url)
         return exc
 
+    async def capabilities(self) -> dict[str, Any] | None:
+        """``GET {base_url}/capabilities`` (the Hermes agent's API server documents its
+        APIs there), or None when the upstream has no such document or fails."""
+        try:
+            answer = await self.request_json("GET", "/capabilities", "", route=False, limit=1 << 20)
+        except GatewayError:
+            return None
+        return answer.data
+
     async def chat(self, body: dict[str, Any], principal_id: str) -> dict[str, Any]:
         """A non-streaming chat completion."""
         resp = await self._send("POST", "/chat/completions", principal_id, body, self._json_headers)

@@ -97,9 +97,17 @@ def gateway_toml(
     }
     for name, values in (sections or {}).items():
         tables.setdefault(name, {}).update(values)
+    arrays: list[str] = []
     for name, values in tables.items():
         lines.append(f"\n[{name}]")
-        lines.extend(f"{k} = {_toml_value(v)}" for k, v in values.items())
+        for k, v in values.items():
+            if isinstance(v, list | tuple) and v and all(isinstance(x, dict) for x in v):
+                for entry in v:  # an array of tables: [[name.k]] after the table
+                    arrays.append(f"\n[[{name}.{k}]]")
+                    arrays.extend(f"{ek} = {_toml_value(ev)}" for ek, ev in entry.items())
+            else:
+                lines.append(f"{k} = {_toml_value(v)}")
+    lines.extend(arrays)
     for key, principal, role in keys:
         lines.append("\n[[auth.keys]]")
         lines.append(f"key = {_toml_value(key)}")

@@ -48,7 +48,9 @@ def make_config(tmp: Path, upstream_url: str, **overrides: Any) -> Config:
     data: dict[str, Any] = {
         "state_dir": str(tmp / "state"),
         "server": {"bind": "127.0.0.1:0", "public_base_url": "http://127.0.0.1:8642"},
-        "upstream": {"base_url": upstream_url},
+        # the demo upstream and the scripted transports speak chat only (no probe of
+        # /capabilities taking a scripted answer); the native relay's tests set apis
+        "upstream": {"base_url": upstream_url, "apis": "chat"},
         # one folder every principal shares, on purpose (tests of per-principal scope
         # set roots with {principal} or [[artifacts.scopes]] themselves)
         "artifacts": {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from quart import Response, request
@@ -35,6 +36,7 @@ __all__ = [
     "authenticate",
     "authenticate_from",
     "body",
+    "open_stream",
     "open_upstream",
     "pipeline_body",
     "relay_body",
@@ -78,10 +80,20 @@ async def body() -> dict[str, Any]:
 async def open_upstream(
     st: GatewayState, ubody: dict[str, Any] | bytes, pid: str, req: Incoming | None = None
 ) -> StreamResponse:
-    """Open the upstream stream (closed with the request, whatever happens)."""
+    """Open the upstream chat stream (closed with the request, whatever happens)."""
+    return await open_stream(st, functools.partial(st.upstream.open_chat_stream, ubody, pid), req)
+
+
+async def open_stream(
+    st: GatewayState,
+    opener: Callable[[], Awaitable[StreamResponse]],
+    req: Incoming | None = None,
+) -> StreamResponse:
+    """Open an upstream stream with ``opener`` (closed with the request, whatever
+    happens; counted in the upstream metrics)."""
     t0 = time.perf_counter()
     try:
-        resp = await st.upstream.open_chat_stream(ubody, pid)
+        resp = await opener()
     except GatewayError as exc:
         st.metrics.upstream_errors.labels(metric_code(exc)).inc()
         raise

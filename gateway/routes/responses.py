@@ -24,7 +24,7 @@ import trio
 from quart import Blueprint, Response, current_app, request
 
 from gateway.auth import Caller, effective_link_mode
-from gateway.errors import NotFound, RequestError
+from gateway.errors import GatewayError, NotFound, RequestError
 from gateway.fronts.responses import (
     ResponsesEncoder,
     ResponsesJournalFront,
@@ -34,14 +34,24 @@ from gateway.fronts.responses import (
     validate_responses_body,
 )
 from gateway.history import prepare_messages
+from gateway.relay import Relay, drain_outputs
 from gateway.routes._common import (
     authenticate,
     body,
+    open_stream,
     open_upstream,
     pipeline_body,
     relay_response,
 )
+from gateway.routes._native import (
+    native_responses_body,
+    open_native_response,
+    responses_pipeline,
+    stop_upstream_response,
+)
 from gateway.sessions import MAX_MESSAGES, message_bytes, session_id_from, trim_history
+from gateway.shapes import check_id
+from gateway.sources import SSESource
 from gateway.state import GatewayState, current
 from gateway.store import INTERRUPTED_ERROR, RunRecord, Store
 from gateway.web import json_response, sse_response
@@ -123,14 +133,18 @@ async def _keep(
     b: dict[str, Any],
     turn: tuple[str | None, list[dict[str, Any]]],
     front: ResponsesEncoder,
+    upstream_id: str | None = None,
 ) -> None:
-    """Store the response (``store``: its object, its own input and its predecessor's
-    id) and the session turn, once the answer is final."""
+    """Store the response (``store``: its object, its own input, its predecessor's id
+    and, relayed natively, the upstream's own id) and the session turn, once the
+    answer is final."""
     text = front.text()
     final = front.final
     sid, new = turn
     if b.get("store", True) and final is not None:
         doc = {"response": final, "previous_response_id": _previous_id(b), "input": new}
+        if upstream_id is not None:
+            doc["upstream_id"] = upstream_id
         put = partial(st.store.put_json, KIND, owner, front.response_id, doc, expires=_expiry(st))
         await trio.to_thread.run_sync(put)
     if sid is not None and final is not None and final["status"] != "failed":
@@ -149,6 +163,8 @@ async def create_response() -> Response:
     mode = effective_link_mode(caller, b, st.config.artifacts.default_link_mode)
     if _stores(b, background) or request.headers.get("X-Session-Id") is not None:
         await st.quotas.check_storage(caller.owner)
+    if await st.native.responses():  # the agent's own Responses API
+        return await _native(st, caller, b, new, mode, stream, background)
     history = await _history(st, caller.owner, b)
     messages = await prepare_messages(st, caller.owner, [*history, *new])
     pid = st.signer.principal_id(caller.owner)
@@ -216,6 +232,107 @@ async def _background(
     return json_response(front.envelope("queued"))
 
 
+async def _native_history(
+    st: GatewayState, owner: str, b: dict[str, Any]
+) -> tuple[str | None, list[dict[str, Any]]]:
+    """The upstream's own id of the previous response (looked up under ``owner``: an id
+    of another principal's is a 404) — or, when the gateway holds turns the upstream
+    does not (a session, a predecessor answered by emulation), the conversation."""
+    prev_id = _previous_id(b)
+    doc = None
+    if prev_id is not None:
+        doc = await trio.to_thread.run_sync(st.store.get_json, KIND, owner, prev_id)
+        if doc is None:
+            raise _not_found()
+    upstream_prev = check_id(doc.get("upstream_id")) if doc is not None else None
+    sid = session_id_from(request.headers.get("X-Session-Id"), b)
+    if sid is None and (prev_id is None or upstream_prev is not None):
+        return upstream_prev, []
+    return None, await _history(st, owner, b)
+
+
+async def _native(
+    st: GatewayState,
+    caller: Caller,
+    b: dict[str, Any],
+    new: list[dict[str, Any]],
+    mode: str,
+    stream: bool,
+    background: bool,
+) -> Response:
+    """``POST /v1/responses`` relayed to the upstream's own: its tool calls and results
+    and the files they wrote reach the client, rewritten; stored like any other."""
+    upstream_prev, history = await _native_history(st, caller.owner, b)
+    prepared = await prepare_messages(st, caller.owner, [*history, *new])
+    ubody = native_responses_body(
+        b, prepared[len(history) :], prepared[: len(history)], upstream_prev
+    )
+    pid = st.signer.principal_id(caller.owner)
+    resolver = st.resolver(caller.owner, mode, names_only=caller.names_only)
+    pipeline = responses_pipeline(st, resolver)
+    rid = new_response_id()
+    turn = (session_id_from(request.headers.get("X-Session-Id"), b), new)
+    front = ResponsesEncoder(rid, b["model"], background=background)
+
+    async def keep(outcome: object = "completed") -> None:
+        await _keep(st, caller.owner, b, turn, front, pipeline.upstream_id)
+
+    if background:
+        return await _native_background(
+            st, caller, b, rid, front, pipeline, ubody, pid, mode, stream, keep
+        )
+    resp = await open_stream(st, partial(open_native_response, st, ubody, pid))
+    if stream:
+        return sse_response(pipeline_body(st, ROUTE, resp, pipeline, front, on_outcome=keep))
+    # a non-streamed request: the same stream, collected here
+    source = SSESource.from_response(resp, max_event_bytes=st.config.limits.max_event_bytes)
+    relay: Relay[Any, Any, bytes] = Relay(
+        source, pipeline, front, st.relay_options(on_outcome=keep)
+    )
+    async with relay as outputs:
+        await drain_outputs(outputs)
+    st.count_rewrites(pipeline)
+    if isinstance(relay.outcome, GatewayError):
+        raise relay.outcome
+    assert front.final is not None
+    return json_response(front.final)
+
+
+async def _native_background(
+    st: GatewayState,
+    caller: Caller,
+    b: dict[str, Any],
+    rid: str,
+    front: ResponsesEncoder,
+    pipeline: Any,
+    ubody: dict[str, Any],
+    pid: str,
+    mode: str,
+    stream: bool,
+    keep: Any,
+) -> Response:
+    rec = st.runs.record(rid, caller.owner, KIND, b["model"], mode)
+    await st.runs.create(rec)
+
+    def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"response": front.final}
+
+    current_app.nursery.start_soon(  # type: ignore[attr-defined]
+        st.runs.execute,
+        rec,
+        partial(open_native_response, st, ubody, pid),
+        pipeline,
+        ResponsesJournalFront(front),
+        summarize,
+        st.relay_options(),
+        keep,
+    )
+    if stream:
+        relay = st.runs.follow(rec, 0, st.relay_options())
+        return relay_response(st, ROUTE, relay)
+    return json_response(front.envelope("queued"))
+
+
 def _starting_after() -> int:
     raw = request.args.get("starting_after")
     if raw is None:
@@ -275,7 +392,11 @@ async def cancel_response(response_id: str) -> Response:
 async def delete_response(response_id: str) -> Response:
     st = current()
     caller = authenticate()
+    doc = await trio.to_thread.run_sync(st.store.get_json, KIND, caller.owner, response_id)
     ok = await trio.to_thread.run_sync(st.store.delete_json, KIND, caller.owner, response_id)
     if not ok:
         raise _not_found()
+    upstream_id = check_id(doc.get("upstream_id")) if doc is not None else None
+    if upstream_id is not None:  # the agent's own copy (its conversation) goes too
+        await stop_upstream_response(st, upstream_id, st.signer.principal_id(caller.owner))
     return json_response({"id": response_id, "object": "response.deleted", "deleted": True})

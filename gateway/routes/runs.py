@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -11,11 +12,14 @@ from gateway.auth import effective_link_mode
 from gateway.errors import RequestError
 from gateway.fronts.runs import RunEncoder, run_messages, upstream_run_body
 from gateway.history import prepare_messages
+from gateway.pipeline import ChatPipeline, LinkResolver
 from gateway.routes._common import authenticate, body, relay_response
+from gateway.routes._native import NativeRun, native_run_body, runs_pipeline
 from gateway.runs import new_run_id
 from gateway.sessions import session_id_from
 from gateway.state import GatewayState, current
 from gateway.store import RunRecord
+from gateway.upstream import StreamResponse
 from gateway.web import json_response
 
 bp = Blueprint("runs", __name__)
@@ -70,7 +74,8 @@ def summary(rec: RunRecord, events: list[dict[str, Any]] | None = None) -> dict[
     }
 
 
-def _summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize_run(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """A finished run's summary, from its last event."""
     last = events[-1] if events else {}
     return {
         "output": last.get("output", ""),
@@ -91,29 +96,59 @@ async def start_run() -> Response:
     sid = session_id_from(request.headers.get("X-Session-Id"), b)
     await st.quotas.check_storage(caller.owner)  # a run's journal is stored
     history = await st.sessions.history(caller.owner, sid) if sid is not None else []
-    messages = await prepare_messages(st, caller.owner, [*history, *new])
     pid = st.signer.principal_id(caller.owner)
-    ubody = upstream_run_body(b, model, messages, pid)
     rec = st.runs.record(new_run_id(), caller.owner, "run", model, mode)
     await st.runs.create(rec)
-    pipeline = st.pipeline(st.resolver(caller.owner, mode, names_only=caller.names_only))
+    resolver = st.resolver(caller.owner, mode, names_only=caller.names_only)
     front = RunEncoder(rec.id, model, max_events=st.runs.max_events)
 
     async def before_complete() -> None:
         if sid is not None:
             await st.sessions.append(caller.owner, sid, new, "".join(front.output))
 
+    opener, stage, after = await _upstream(st, rec, b, new, history, resolver, pid)
     current_app.nursery.start_soon(  # type: ignore[attr-defined]
         st.runs.execute,
         rec,
-        partial(st.upstream.open_chat_stream, ubody, pid),
-        pipeline,
+        opener,
+        stage,
         front,
-        _summarize,
+        summarize_run,
         st.relay_options(),
         before_complete,
+        after,
     )
     return json_response({"run_id": rec.id, "object": "run", "status": rec.status}, 202)
+
+
+async def _upstream(
+    st: GatewayState,
+    rec: RunRecord,
+    b: dict[str, Any],
+    new: list[dict[str, Any]],
+    history: list[dict[str, Any]],
+    resolver: LinkResolver,
+    pid: str,
+) -> tuple[Callable[[], Awaitable[StreamResponse]], ChatPipeline, After | None]:
+    """How the run reaches the agent: its own runs API when it has one (its tools'
+    events, the files they wrote), else a chat stream; the stage that reads it; what
+    to do once the run ended here."""
+    owner, model = rec.owner, rec.model
+    if await st.native.runs():
+        ubody = native_run_body(
+            b,
+            model,
+            await prepare_messages(st, owner, new),
+            await prepare_messages(st, owner, history),
+        )
+        native = NativeRun(st, rec, ubody, pid)
+        return native.open, runs_pipeline(st, resolver), native.ended
+    messages = await prepare_messages(st, owner, [*history, *new])
+    ubody = upstream_run_body(b, model, messages, pid)
+    return partial(st.upstream.open_chat_stream, ubody, pid), st.pipeline(resolver), None
+
+
+After = Callable[[object], Awaitable[None]]
 
 
 async def _summary_response(st: GatewayState, run_id: str, owner: str) -> Response:

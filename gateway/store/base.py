@@ -389,6 +389,13 @@ class Store(Protocol):
         """Whether a stop was asked for this run (the holder's safety check)."""
         ...
 
+    def adopt_expired_runs(self, now: float, holder: str, until: float) -> list[RunRecord]:
+        """Take the lease (``holder`` until ``until``) of every unfinished run whose
+        lease expired and whose summary names an ``upstream_run_id`` (the upstream runs
+        it on: this instance follows it to its end); :meth:`interrupt_expired_runs`
+        ends the others. Each such run goes to one instance only."""
+        ...
+
     def interrupt_expired_runs(self, now: float) -> list[InterruptedRun]:
         """End every unfinished run whose lease expired before ``now`` (see contract)."""
         ...

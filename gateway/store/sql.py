@@ -17,6 +17,7 @@ only what really differs:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
@@ -684,6 +685,33 @@ class SQLStore(Store, Generic[C]):
     def run_stop_requested(self, run_id: str) -> bool:
         row = self._one("SELECT stop_requested IS NOT NULL FROM runs WHERE id = ?", (run_id,))
         return bool(row and row[0])
+
+    def adopt_expired_runs(self, now: float, holder: str, until: float) -> list[RunRecord]:
+        q = self.dialect.sql
+
+        def tx(c: C) -> list[RunRecord]:
+            rows = c.execute(
+                q(
+                    f"SELECT {RUN_COLUMNS} FROM runs"
+                    " WHERE finished_at IS NULL AND lease_expires IS NOT NULL"
+                    " AND lease_expires < ? AND summary LIKE ?"
+                    " ORDER BY lease_expires LIMIT 100{skip_locked}"
+                ),
+                (now, '%"upstream_run_id"%'),
+            ).fetchall()
+            taken: list[RunRecord] = []
+            for row in rows:
+                rec = run_from_row(row)
+                if not isinstance(rec.summary.get("upstream_run_id"), str):
+                    continue
+                c.execute(
+                    q("UPDATE runs SET holder = ?, lease_expires = ? WHERE id = ?"),
+                    (holder, until, rec.id),
+                )
+                taken.append(dataclasses.replace(rec, holder=holder, lease_expires=until))
+            return taken
+
+        return self._tx(tx)
 
     def interrupt_expired_runs(self, now: float) -> list[InterruptedRun]:
         q = self.dialect.sql

@@ -109,7 +109,9 @@ def check_body(body: Body) -> None:
     view = pipegen.check_chat(chat, trace, body, extra_keys=extra)
     assert chat == b"".join(pipegen.replay(whole, ChatEncoder()))
     held = pipegen.texts(trace.final)
-    if (0, "content") not in held or trace.terminal != "fail":
+    # text still held when a stream fails or is stopped goes out as names only (a
+    # path held by the rewriter, or inside an unclosed markdown "[" of the link joiner)
+    if (0, "content") not in held or trace.terminal == "end":
         one_shot = pipegen.run_sync(
             Scrubber(pipegen.StubLinks(), body.settings).text(body.content0)
         )

@@ -1,0 +1,252 @@
+"""The route halves of the native relay: an agent's own Responses and runs APIs.
+
+Used by :mod:`gateway.routes.responses` and :mod:`gateway.routes.runs` when
+:class:`gateway.native.NativeApis` says the upstream has them. What goes upstream is
+built here: the new input with the requester's own links mapped back to the agent's
+paths, the conversation the gateway holds, the upstream's own id of the previous
+response (looked up under the requester: another principal's is a 404), and
+``X-Hermes-Session-Key`` = the requester's opaque principal id, which scopes the
+agent's long-term memory per principal. The client never sees an upstream id: the
+gateway's fronts write their own (see docs/api.md, "Native relay").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from gateway.errors import GatewayError, NotFound, RunInterrupted, UpstreamError
+from gateway.fronts.runs import RunEncoder
+from gateway.native import ResponsesEventsPipeline, RunEventsPipeline
+from gateway.pipeline import LinkResolver
+from gateway.relay import CANCELLED
+from gateway.shapes import check_id
+from gateway.sse import SSEEvent
+from gateway.state import GatewayState
+from gateway.store import RunRecord
+from gateway.upstream import StreamResponse
+
+__all__ = [
+    "NativeRun",
+    "adopted_runs",
+    "native_responses_body",
+    "native_run_body",
+    "open_native_response",
+    "responses_pipeline",
+    "runs_pipeline",
+    "stop_upstream_response",
+]
+
+log = logging.getLogger("gateway.native")
+
+#: the header that scopes the Hermes agent's long-term memory (one scope per principal)
+SESSION_KEY = "X-Hermes-Session-Key"
+#: how often an adopted run's upstream state is asked for
+POLL_SECONDS = 2.0
+#: bounds of a best-effort call (a stop, a delete) at the end of something
+CLEANUP_SECONDS = 5.0
+
+
+def _headers(pid: str) -> list[tuple[str, str]]:
+    return [(SESSION_KEY, pid)]
+
+
+def _conversation(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Chat messages as the plain ``{role, content}`` list an agent's API takes."""
+    out = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str) and m.get("role") in ("user", "assistant", "system"):
+            out.append({"role": str(m["role"]), "content": content})
+    return out
+
+
+def native_responses_body(
+    b: dict[str, Any],
+    new: list[dict[str, Any]],
+    history: list[dict[str, Any]],
+    upstream_previous: str | None,
+) -> dict[str, Any]:
+    """The upstream's own ``POST /responses`` body (always streamed: a non-streamed
+    request is collected by the gateway). ``new`` and ``history`` are prepared
+    (own links mapped back); an explicit ``conversation_history`` wins over the
+    upstream's ``previous_response_id`` there, so it is sent only when the gateway
+    holds turns the upstream does not (a session, an emulated predecessor)."""
+    body: dict[str, Any] = {"model": b["model"], "input": _conversation(new), "stream": True}
+    if history:
+        body["conversation_history"] = _conversation(history)
+    elif upstream_previous is not None:
+        body["previous_response_id"] = upstream_previous
+    for key in ("instructions", "temperature", "top_p", "max_output_tokens"):
+        if key in b:
+            body[key] = b[key]
+    return body
+
+
+def native_run_body(
+    b: dict[str, Any], model: str, new: list[dict[str, Any]], history: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The upstream's own ``POST /runs`` body: the new input, the session's history."""
+    body: dict[str, Any] = {"model": model, "input": _conversation(new)}
+    if history:
+        body["conversation_history"] = _conversation(history)
+    if isinstance(b.get("instructions"), str):
+        body["instructions"] = b["instructions"]
+    return body
+
+
+def responses_pipeline(st: GatewayState, resolver: LinkResolver) -> ResponsesEventsPipeline:
+    return ResponsesEventsPipeline(resolver, st.settings, pause=trio.lowlevel.checkpoint)
+
+
+def runs_pipeline(st: GatewayState, resolver: LinkResolver) -> RunEventsPipeline:
+    return RunEventsPipeline(resolver, st.settings, pause=trio.lowlevel.checkpoint)
+
+
+async def open_native_response(st: GatewayState, body: dict[str, Any], pid: str) -> StreamResponse:
+    """The upstream's own Responses stream for ``body``."""
+    return await st.upstream.open_sse("POST", "/responses", pid, body=body, headers=_headers(pid))
+
+
+async def stop_upstream_response(st: GatewayState, upstream_id: str, pid: str) -> None:
+    """Delete the upstream's copy of a response (best effort: logged, never raised)."""
+    with trio.move_on_after(CLEANUP_SECONDS):
+        try:
+            await st.upstream.request_json(
+                "DELETE", f"/responses/{upstream_id}", pid, headers=_headers(pid), route=False
+            )
+        except GatewayError as exc:
+            log.info("the upstream's copy of a response was not deleted: %s", exc.code)
+
+
+class NativeRun:
+    """A run the upstream runs itself: ``POST /runs`` (its id noted in the run's record,
+    so another instance can follow it if this one stops), then its events."""
+
+    def __init__(self, st: GatewayState, rec: RunRecord, body: dict[str, Any], pid: str) -> None:
+        self.st = st
+        self.rec = rec
+        self.body = body
+        self.pid = pid
+        self.upstream_id: str | None = None
+
+    async def open(self) -> StreamResponse:
+        st, pid = self.st, self.pid
+        answer = await st.upstream.request_json(
+            "POST", "/runs", pid, body=self.body, headers=_headers(pid)
+        )
+        del self.body  # (not held for the run's length)
+        uid = check_id(answer.data.get("run_id"))
+        if uid is None:
+            raise UpstreamError(
+                "The upstream agent started a run but gave no run id that can be followed.",
+                code="upstream_bad_response",
+            )
+        self.upstream_id = uid
+        await st.runs.note_upstream(self.rec, uid)
+        return await st.upstream.open_sse(
+            "GET", f"/runs/{uid}/events", pid, headers=_headers(pid), route=False
+        )
+
+    async def ended(self, outcome: object) -> None:
+        """The run ended here: unless it completed, stop it upstream too (a stop, a
+        drain, a log that is full, an error of ours: the agent must not go on)."""
+        if outcome != "completed" and self.upstream_id is not None:
+            await stop_upstream_run(self.st, self.upstream_id, self.pid)
+
+
+async def stop_upstream_run(st: GatewayState, upstream_id: str, pid: str) -> None:
+    with trio.move_on_after(CLEANUP_SECONDS):
+        try:
+            await st.upstream.request_json(
+                "POST", f"/runs/{upstream_id}/stop", pid, headers=_headers(pid), route=False
+            )
+        except GatewayError as exc:
+            log.info("run %s: not stopped upstream (%s)", upstream_id, exc.code)
+
+
+# -- runs adopted from an instance that stopped -----------------------------------------
+
+
+def adopted_runs(
+    st: GatewayState,
+    start: Callable[..., None],
+    summarize: Callable[[list[dict[str, Any]]], dict[str, Any]],
+) -> Callable[[list[RunRecord]], None]:
+    """The lease watcher's ``follow``: each adopted run followed to its end upstream."""
+
+    def follow(recs: list[RunRecord]) -> None:
+        for rec in recs:
+            watch = _watcher(st)
+            start(st.runs.follow_adopted, rec, watch, summarize)
+
+    return follow
+
+
+def _watcher(
+    st: GatewayState,
+) -> Callable[[RunRecord, Any], Awaitable[tuple[list[dict[str, Any]], Any]]]:
+    async def watch(rec: RunRecord, local: Any) -> tuple[list[dict[str, Any]], Any]:
+        uid = str(rec.summary["upstream_run_id"])
+        pid = st.signer.principal_id(rec.owner)
+        front = RunEncoder(rec.id, rec.model, first_seq=rec.last_seq + 1)
+        stage = runs_pipeline(st, st.resolver(rec.owner, rec.link_mode))
+        state: dict[str, Any] | None = None
+        with local.opening:  # a stop asked meanwhile cancels the wait
+            state = await _wait_upstream_end(st, uid, pid)
+        if local.stop_requested:
+            await stop_upstream_run(st, uid, pid)
+            return front.cancel([], stage.manifest()), CANCELLED
+        return await _last_events(stage, front, state)
+
+    return watch
+
+
+async def _wait_upstream_end(st: GatewayState, uid: str, pid: str) -> dict[str, Any] | None:
+    """The upstream run's state once it ended; None when the upstream no longer knows
+    it (restarted, or kept it for less long than the gateway needed)."""
+    failures = 0
+    while True:
+        try:
+            answer = await st.upstream.request_json(
+                "GET", f"/runs/{uid}", pid, headers=_headers(pid), route=False
+            )
+        except NotFound:
+            return None
+        except GatewayError as exc:
+            if getattr(exc, "status", 0) == 404:
+                return None
+            failures += 1
+            if failures * POLL_SECONDS > st.config.upstream.idle_timeout_seconds:
+                return None
+        else:
+            failures = 0
+            if answer.data.get("status") in ("completed", "failed", "cancelled"):
+                return answer.data
+        await trio.sleep(POLL_SECONDS)
+
+
+async def _last_events(
+    stage: RunEventsPipeline, front: RunEncoder, state: dict[str, Any] | None
+) -> tuple[list[dict[str, Any]], Any]:
+    """The journal's last events for an adopted run's upstream end (its output, the
+    files in it and the ones it reported, the manifest)."""
+    if state is None:
+        error: GatewayError = RunInterrupted()
+        return front.fail(await stage.finish(failed=True), error, stage.manifest()), error
+    status = state.get("status")
+    if status == "cancelled":
+        return front.cancel(await stage.finish(failed=True), stage.manifest()), CANCELLED
+    data = {"event": "run.completed", "output": state.get("output"), "usage": state.get("usage")}
+    if status == "failed":
+        data = {"event": "run.failed", "error": state.get("error")}
+    step = await stage.feed([SSEEvent(json.dumps(data))])
+    if step.error is not None:
+        events = step.events + await stage.finish(failed=True)
+        return front.fail(events, step.error, stage.manifest()), step.error
+    events = step.events + await stage.finish()
+    return front.end(events, stage.manifest()), None
