@@ -312,7 +312,8 @@ class RunEventsPipeline(_NativePipeline):
 
     ``message.delta`` → text; ``tool.started`` / ``tool.completed`` → the agent's tool
     progress (a completed tool matched to the earliest started one of its name);
-    ``run.completed`` → usage and the end; ``run.failed`` → the error; ``run.cancelled``
+    ``run.completed`` → usage and the end (a ``tool.started`` preview keeps every path
+    as its name: a status line, not a link); ``run.failed`` → the error; ``run.cancelled``
     → the error ``upstream_cancelled`` (a stop asked through the gateway ends the run
     as cancelled before it comes). ``reasoning.available`` (Hermes: the final text
     again) and anything else are dropped.
@@ -353,8 +354,8 @@ class RunEventsPipeline(_NativePipeline):
         if name is None or index is None:
             return
         self._report(run_event_texts(obj))
-        preview = obj.get("preview")
-        text = await self.text(preview, field=True) if isinstance(preview, str) else ""
+        preview = obj.get("preview")  # a status line: every path its name, never a link
+        text = self.names(preview)[:500] if isinstance(preview, str) else ""
         self._open.append((name, index))
         out.append(ToolProgress(index, name, "started", text))
 

@@ -591,15 +591,16 @@ class ChatPipeline(Scrubber):
         clean = await self.value({k: v for k, v in data.items() if k not in CLIENT_KEYS})
         events: list[Event] = [Named(checked, clean)]
         if checked == TOOL_PROGRESS:
-            progress = self._tool_progress(clean)
+            progress = self._tool_progress(data)
             if progress is not None:
                 events.append(progress)
         return events
 
     def _tool_progress(self, data: dict[str, Any]) -> ToolProgress | None:
-        """Hermes's ``hermes.tool.progress`` (its rewritten data) as the neutral event the
-        runs and Open WebUI fronts show: the tool's name checked by shape, its call id
-        turned into the answer's tool number."""
+        """Hermes's ``hermes.tool.progress`` (as upstream sent it) as the neutral event
+        the runs and Open WebUI fronts show: the tool's name checked by shape, its call
+        id turned into the answer's tool number, its label with every path its name (a
+        status line, not a place to click)."""
         name = check_name(data.get("tool"))
         status = _PROGRESS_STATUS.get(data.get("status"))  # type: ignore[arg-type]
         if name is None or status is None:
@@ -612,8 +613,8 @@ class ChatPipeline(Scrubber):
                 return None
             index = self._tool_numbers[key] = len(self._tool_numbers)
         label = data.get("label")
-        preview = label if isinstance(label, str) and status == "started" else ""
-        return ToolProgress(index, name, status, preview)
+        preview = self.names(label) if isinstance(label, str) and status == "started" else ""
+        return ToolProgress(index, name, status, preview[:500])
 
     async def chunk(self, obj: dict[str, Any]) -> list[Event]:
         """One ``chat.completion.chunk`` object → events."""
