@@ -517,6 +517,34 @@ def test_interrupt_expired_runs(store: Store) -> None:
     assert run4 is not None and run4.status == "running"
 
 
+def test_runs_the_upstream_runs_are_adopted_not_interrupted(backend: Backend) -> None:
+    """A run whose summary names the upstream's own run is adopted (its lease taken by
+    one instance, nothing journaled); the others are left for interruption. Two
+    instances sweeping at once adopt each run once."""
+    stores = [backend.open(), backend.open()]
+    for i in range(10):
+        stores[0].create_run(new_run(f"run_{i}", lease_expires=T + i / 10))
+        if i % 2 == 0:
+            stores[0].update_run(f"run_{i}", "A", summary={"upstream_run_id": f"up_{i}"})
+    assert stores[0].adopt_expired_runs(T, "B", T + 30) == []  # nothing expired yet
+    taken: list[list[str]] = []
+
+    def sweep(i: int) -> None:
+        recs = stores[i % 2].adopt_expired_runs(T + 60, f"inst{i}", T + 90)
+        taken.append([r.id for r in recs])
+
+    assert together([functools.partial(sweep, i) for i in range(4)]) == []
+    adopted = sorted(r for batch in taken for r in batch)
+    assert adopted == [f"run_{i}" for i in range(0, 10, 2)]
+    for run_id in adopted:
+        run = stores[0].get_run(run_id, "alice")
+        assert run is not None and not run.finished and run.lease_expires == T + 90
+        assert run.summary["upstream_run_id"] == "up_" + run_id[4:]
+        assert stores[0].read_run_events(run_id, 0) == []
+    interrupted = sorted(r.run_id for r in stores[0].interrupt_expired_runs(T + 60))
+    assert interrupted == [f"run_{i}" for i in range(1, 10, 2)]
+
+
 def test_concurrent_interruption_gives_one_terminal_event(backend: Backend) -> None:
     """Two instances x three threads sweep 30 expired runs at once; meanwhile the old
     holder keeps trying to append. Every run ends with exactly one terminal event."""
