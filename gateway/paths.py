@@ -1093,6 +1093,11 @@ def _boundary_at(buf: str, k: int, flags: bool = True) -> bool:
     if k == 0:
         return True
     ch = buf[k - 1]
+    if ch == "\\" and (buf[k] == "~" or buf.endswith("\\\\\\\\", 0, k)):
+        # markdown escapes a tilde (\~/x renders as ~/x), and four backslashes or more
+        # escape each other (the JSON spellings of one, two or three are starts of
+        # their own): what follows them starts afresh
+        return True
     if ch in _NOT_BOUNDARY:
         return ch == "~" and k >= 2 and buf[k - 2] == "~"  # ~~strikethrough~~
     if not ch.isalnum() or _spaceless_script(ch):

@@ -1223,3 +1223,17 @@ def test_a_git_bash_drive_after_doubled_separators_has_windows_separators(
     whole = rewrite(text)
     assert whole == expected, whole
     assert_every_split(text, whole)
+
+
+@pytest.mark.parametrize("run", range(1, 10))
+@pytest.mark.parametrize(
+    "path", ["/home/zqsecret/r.md", "~/zqsecret/r.md", "/Users/zqsecret/Q3 report/r.md"]
+)
+def test_a_run_of_backslashes_before_a_path_hides_nothing(run: int, path: str) -> None:
+    """One to three backslashes before a path are its JSON spellings; four or more
+    escape each other and the path after them starts afresh (they hid it before)."""
+    for text in ("\\" * run + path + " ok", "see " + "\\" * run + path + " ok"):
+        whole = rewrite(text)
+        assert "zqsecret" not in whole, whole
+        assert "r.md ok" in whole
+        assert_every_split(text, whole)
