@@ -32,12 +32,14 @@ earlier step's *actions* failed, the later ones fail saying so):
    (410), and its tile, Open WebUI's own copy, still gives the first version.
 
 Screenshots for a person: ``story-A-*`` and ``story-B-*`` in the screens folder the
-terminal summary names; the gateway's, the proxy's and Hermes's logs are copied there too.
+terminal summary names; beside them what the model was sent in each turn
+(``story-model-requests-*.json``) and the gateway's, the proxy's and Hermes's logs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -210,6 +212,7 @@ class Story:
     gateway_url: str
     page_a: Any
     page_b: Any
+    screens: Path
     done: dict[str, Any] = field(default_factory=dict)
     failed: dict[str, BaseException] = field(default_factory=dict)
 
@@ -268,6 +271,9 @@ class Story:
 
         answer, chat_id = await self.browser.run(ui)
         result = TurnResult(answer, chat_id, self.llm.requests, self.llm.turns_left)
+        # what the model was sent, next to the screenshots (evidence for a person)
+        dump = json.dumps(result.llm_requests, indent=1, ensure_ascii=False)
+        (self.screens / f"story-model-requests-{label}.json").write_text(dump, encoding="utf-8")
         user = self.user_a if page is self.page_a else self.user_b
         answers = answer_files(await self.owui.chat(user, chat_id))
         result.files = answers[-1] if answers else []
@@ -394,7 +400,7 @@ def story(
 
         stack.callback(lambda: browser.call(_close_pages, pages))
         browser.call(open_pages)
-        yield Story(openwebui, browser, agent, story_agent.llm, gw_url, pages[0], pages[1])
+        yield Story(openwebui, browser, agent, story_agent.llm, gw_url, pages[0], pages[1], screens)
 
 
 def _close_pages(pages: list[Any]) -> None:
