@@ -265,6 +265,20 @@ class ChatPage:
             dialog.wait_for(state="hidden", timeout=5_000)
         return text, opened
 
+    def status_lines(self, label: str, timeout_ms: int = 10_000) -> list[str]:
+        """Open the last answer's status history (the agent's progress shown above the
+        text) like a person, take a screenshot; the lines it shows."""
+        toggle = self._last_assistant().locator("button[aria-label='Toggle status history']")
+        toggle.first.click(timeout=timeout_ms)
+        self.page.wait_for_timeout(300)  # it unfolds
+        self.screenshot(label)
+        lines = (
+            self._last_assistant()
+            .locator(".status-description")
+            .evaluate_all("els => els.map(e => e.innerText.trim())")
+        )
+        return [str(line) for line in lines]
+
     def wait_tiles(self, count: int, timeout_ms: int = ANSWER_TIMEOUT_MS) -> Answer:
         """Until the last answer shows ``count`` file tiles (files and images together)."""
         deadline = time.monotonic() + timeout_ms / 1000

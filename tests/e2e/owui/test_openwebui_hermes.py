@@ -32,8 +32,9 @@ earlier step's *actions* failed, the later ones fail saying so):
    (410), and its tile, Open WebUI's own copy, still gives the first version.
 
 Screenshots for a person: ``story-A-*`` and ``story-B-*`` in the screens folder the
-terminal summary names; beside them what the model was sent in each turn
-(``story-model-requests-*.json``) and the gateway's, the proxy's and Hermes's logs.
+terminal summary names; beside them what the model was sent in each turn and the status
+lines Open WebUI stored (``story-<turn>.json``), and the gateway's, the proxy's and
+Hermes's logs.
 """
 
 from __future__ import annotations
@@ -201,6 +202,8 @@ class TurnResult:
     llm_requests: list[dict[str, Any]]
     turns_left: int  # of the model's script, once the answer was there
     files: list[dict[str, Any]] = field(default_factory=list)  # its stored tiles
+    #: the tool progress Open WebUI showed above it (its stored status lines)
+    statuses: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -271,12 +274,16 @@ class Story:
 
         answer, chat_id = await self.browser.run(ui)
         result = TurnResult(answer, chat_id, self.llm.requests, self.llm.turns_left)
-        # what the model was sent, next to the screenshots (evidence for a person)
-        dump = json.dumps(result.llm_requests, indent=1, ensure_ascii=False)
-        (self.screens / f"story-model-requests-{label}.json").write_text(dump, encoding="utf-8")
         user = self.user_a if page is self.page_a else self.user_b
-        answers = answer_files(await self.owui.chat(user, chat_id))
-        result.files = answers[-1] if answers else []
+        answers = answer_messages(await self.owui.chat(user, chat_id))
+        if answers:
+            result.files = answers[-1].get("files") or []
+            history = answers[-1].get("statusHistory") or []
+            result.statuses = [str(s.get("description", "")) for s in history]
+        # what the model was sent and the status lines, beside the screenshots (evidence)
+        seen = {"model_requests": result.llm_requests, "status_lines": result.statuses}
+        dump = json.dumps(seen, indent=1, ensure_ascii=False)
+        (self.screens / f"story-{label}.json").write_text(dump, encoding="utf-8")
         return result
 
     async def first_answer(self) -> TurnResult:
@@ -354,15 +361,15 @@ class Story:
         return data
 
 
-def answer_files(stored: dict[str, Any]) -> list[list[dict[str, Any]]]:
-    """``files`` of each assistant message on the chat's current branch, oldest first."""
+def answer_messages(stored: dict[str, Any]) -> list[dict[str, Any]]:
+    """The assistant messages on a stored chat's current branch, oldest first."""
     history = stored["chat"]["history"]
     messages, current = history["messages"], history.get("currentId")
     chain = []
     while current is not None and current in messages:
         chain.append(messages[current])
         current = messages[current].get("parentId")
-    return [m.get("files") or [] for m in reversed(chain) if m.get("role") == "assistant"]
+    return [m for m in reversed(chain) if m.get("role") == "assistant"]
 
 
 @pytest.fixture(scope="module")
@@ -453,6 +460,13 @@ async def test_1_the_user_gets_each_file_the_agent_wrote(story: Story) -> None:
     assert_no_host_path(story, answer.text, answer.html)
     for name in ("report.md", "figures.csv"):
         assert name in answer.text, (name, answer.text)
+    # the agent's tool progress, shown above the answer while it ran (issue 34 item 4):
+    # each tool by name with what it worked on, names only
+    assert_no_host_path(story, *first.statuses)
+    assert any(s.startswith("write_file") and "report.md" in s for s in first.statuses), (
+        first.statuses
+    )
+    assert any(s.startswith("terminal") for s in first.statuses), first.statuses
 
     # each file as a link that downloads its bytes in A's browser (report.md clicked)
     links = links_by_name(story, answer)
@@ -506,7 +520,8 @@ async def test_2_another_user_gets_nothing(story: Story) -> None:
     asked = await story.other_users_answer()
     answer = asked.answer
     assert asked.turns_left == 0
-    assert_no_host_path(story, answer.text, answer.html)
+    assert_no_host_path(story, answer.text, answer.html, *asked.statuses)
+    assert not [s for s in asked.statuses if "/v1/artifacts/" in s], asked.statuses
     for name in ("report.md", "figures.csv"):
         assert name in answer.text, (name, answer.text)  # the bare name, nothing more
     assert not [link for link in answer.links if "/v1/artifacts/" in link.href], answer.links
@@ -584,3 +599,26 @@ def _text(content: Any) -> str:
     if isinstance(content, list):
         return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return ""
+
+
+async def test_5_tool_progress_names_the_files_only(story: Story) -> None:
+    """What Hermes's tools did shows above each answer as Open WebUI status lines
+    (issue 34 item 4): the tool and what it works on, by file name, like the text's
+    prose: no host path, and no link (a status line is plain text, not a link)."""
+    turns = {
+        "1 (A)": await story.first_answer(),
+        "2 (B)": await story.other_users_answer(),
+        "3 (A)": await story.next_turn(),
+        "4 (A)": await story.rewrite(),
+    }
+    shown = await story.browser.run(story.page_a.status_lines, "5-status-lines")
+    for turn, result in {**turns, "4 (A), on screen": shown}.items():
+        lines = result if isinstance(result, list) else result.statuses
+        assert_no_host_path(story, *lines)
+        assert not [s for s in lines if "http" in s or "/v1/artifacts/" in s], (turn, lines)
+    first, rewrite = turns["1 (A)"].statuses, turns["4 (A)"].statuses
+    assert "write_file: report.md" in first, first
+    assert any(s.startswith("terminal: ") for s in first), first
+    assert "read_file: report.md" in turns["2 (B)"].statuses, turns["2 (B)"].statuses
+    # the rewrite's progress names the file that already existed the same way
+    assert "write_file: report.md" in rewrite, rewrite
