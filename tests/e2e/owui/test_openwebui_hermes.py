@@ -17,7 +17,8 @@ the user who asks, as a per-user agent workspace would. Open WebUI's background 
 agent turns, and a scripted model cannot tell them from the user's turn.
 
 The story, one test per step (a step does what an earlier one left undone first; when an
-earlier step's *actions* failed, the later ones fail saying so):
+earlier step's *actions* failed, the later ones fail saying so; each step's checks are its
+own, so one step's verdict does not hide another's):
 
 1. User A asks for a report; Hermes writes ``report.md`` (``write_file``) and
    ``data/figures.csv`` (``terminal``); the answer names both. A gets each as a tile and
@@ -30,6 +31,8 @@ earlier step's *actions* failed, the later ones fail saying so):
 4. Hermes rewrites ``report.md`` in another turn: the new answer's link and tile give the
    new bytes; the first answer's link, sealed to the first version, says the file changed
    (410), and its tile, Open WebUI's own copy, still gives the first version.
+5. Over all those turns, the agent's tool progress shows above each answer as Open WebUI
+   status lines (issue 34 item 4) that name the files only: no host path, no link.
 
 Screenshots for a person: ``story-A-*`` and ``story-B-*`` in the screens folder the
 terminal summary names; beside them what the model was sent in each turn and the status
