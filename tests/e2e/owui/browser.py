@@ -235,6 +235,50 @@ class ChatPage:
             tile_images=tile_images,
         )
 
+    def fetch(self, url: str) -> tuple[int, bytes]:
+        """``GET url`` with this browser context's cookies (its Open WebUI session): the
+        status and the body, as a download from this browser would get them."""
+        response = self.context.request.get(url, max_redirects=0)
+        try:
+            return response.status, response.body()
+        finally:
+            response.dispose()
+
+    def open_tile(self, name: str, label: str, timeout_ms: int = 20_000) -> tuple[str, Opened]:
+        """Click the last answer's file tile ``name`` like a person: Open WebUI opens its
+        file dialog (screenshot), whose title is a link to the file; click that too, then
+        close the dialog. The dialog's text, and what the title link gave."""
+        tiles = self._last_assistant().locator(
+            ".chat-assistant > div > div.my-1:not([id$='-embeds-container']) button",
+            has_text=name,
+        )
+        tiles.first.click()
+        dialog = self.page.locator(".modal").last
+        dialog.wait_for(state="visible", timeout=timeout_ms)
+        title = dialog.locator("a[target=_blank]", has_text=name).first
+        title.wait_for(timeout=timeout_ms)
+        self.screenshot(label)
+        text = str(dialog.inner_text())
+        opened = self.click_opening(title, timeout_ms)
+        self.page.keyboard.press("Escape")
+        with contextlib.suppress(PlaywrightTimeout):
+            dialog.wait_for(state="hidden", timeout=5_000)
+        return text, opened
+
+    def status_lines(self, label: str, timeout_ms: int = 10_000) -> list[str]:
+        """Open the last answer's status history (the agent's progress shown above the
+        text) like a person, take a screenshot; the lines it shows."""
+        toggle = self._last_assistant().locator("button[aria-label='Toggle status history']")
+        toggle.first.click(timeout=timeout_ms)
+        self.page.wait_for_timeout(300)  # it unfolds
+        self.screenshot(label)
+        lines = (
+            self._last_assistant()
+            .locator(".status-description")
+            .evaluate_all("els => els.map(e => e.innerText.trim())")
+        )
+        return [str(line) for line in lines]
+
     def wait_tiles(self, count: int, timeout_ms: int = ANSWER_TIMEOUT_MS) -> Answer:
         """Until the last answer shows ``count`` file tiles (files and images together)."""
         deadline = time.monotonic() + timeout_ms / 1000
@@ -358,6 +402,11 @@ class ChatPage:
         download (``Content-Disposition: attachment``) or it shows a page.
         """
         link = self._last_assistant().locator("#response-content-container a", has_text=link_text)
+        return self.click_opening(link.first, timeout_ms)
+
+    def click_opening(self, target: Any, timeout_ms: int = 20_000) -> Opened:
+        """Click ``target`` (a locator of something that opens a new tab) and report what
+        the tab became: a download, or a page (see :meth:`click_link`)."""
         statuses: dict[str, int] = {}
         downloads: list[Download] = []
 
@@ -377,7 +426,7 @@ class ChatPage:
         self.page.on("download", on_download)
         try:
             with self.context.expect_page(timeout=timeout_ms) as popup_info:
-                link.first.click()
+                target.click()
             popup = popup_info.value
             # the tab either starts a download (and Chromium closes it) or shows a page
             deadline = time.monotonic() + timeout_ms / 1000

@@ -275,6 +275,25 @@ class OpenWebUI:
                 added.append(OwuiUser(u["id"], email, name, u["role"], password, u["token"]))
         self.user, self.other = added
 
+    def task_config(self) -> dict[str, Any]:
+        """The admin's background-task settings (``GET /api/v1/tasks/config``)."""
+        assert self.admin is not None
+        with self._client(self.admin.token) as c:
+            r = c.get("/api/v1/tasks/config")
+            r.raise_for_status()
+            data: dict[str, Any] = r.json()
+            return data
+
+    def set_task_config(self, **changes: Any) -> dict[str, Any]:
+        """Change background-task settings (e.g. ``ENABLE_TITLE_GENERATION=False``);
+        the settings before the change, to give back to this method later."""
+        assert self.admin is not None
+        before = self.task_config()
+        with self._client(self.admin.token) as c:
+            r = c.post("/api/v1/tasks/config/update", json={**before, **changes})
+            r.raise_for_status()
+        return before
+
     # -- per test (async: called from inside trio tests) --------------------------------
 
     def _aclient(self, token: str) -> httpx.AsyncClient:
