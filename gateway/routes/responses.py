@@ -17,6 +17,7 @@ it. Every read is scoped to the owner.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -34,6 +35,7 @@ from gateway.fronts.responses import (
     validate_responses_body,
 )
 from gateway.history import prepare_messages
+from gateway.pipeline import ChatPipeline
 from gateway.relay import Relay, drain_outputs
 from gateway.routes._common import (
     authenticate,
@@ -54,6 +56,7 @@ from gateway.shapes import check_id
 from gateway.sources import SSESource
 from gateway.state import GatewayState, current
 from gateway.store import INTERRUPTED_ERROR, RunRecord, Store
+from gateway.upstream import StreamResponse
 from gateway.web import json_response, sse_response
 
 bp = Blueprint("responses", __name__)
@@ -170,14 +173,16 @@ async def create_response() -> Response:
     pid = st.signer.principal_id(caller.owner)
     pipeline = st.pipeline(st.resolver(caller.owner, mode, names_only=caller.names_only))
     rid = new_response_id()
-    if background:
-        turn = (session_id_from(request.headers.get("X-Session-Id"), b), new)
-        return await _background(st, caller, b, rid, messages, turn, pid, mode, stream)
-    front = ResponsesEncoder(rid, b["model"])
+    front = ResponsesEncoder(rid, b["model"], background=background)
     turn = (session_id_from(request.headers.get("X-Session-Id"), b), new)
 
-    async def keep(outcome: object) -> None:
+    async def keep(outcome: object = "completed") -> None:
         await _keep(st, caller.owner, b, turn, front)
+
+    if background:
+        ubody = upstream_responses_body(b, messages, pid, stream=True)
+        opener = partial(st.upstream.open_chat_stream, ubody, pid)
+        return await _background(st, caller, b, front, opener, pipeline, keep, stream)
 
     if not stream:
         ubody = upstream_responses_body(b, messages, pid, stream=False)
@@ -197,34 +202,32 @@ async def _background(
     st: GatewayState,
     caller: Caller,
     b: dict[str, Any],
-    rid: str,
-    messages: list[dict[str, Any]],
-    turn: tuple[str | None, list[dict[str, Any]]],
-    pid: str,
-    mode: str,
+    front: ResponsesEncoder,
+    opener: Callable[[], Awaitable[StreamResponse]],
+    pipeline: ChatPipeline,
+    keep: Callable[[], Awaitable[None]],
     stream: bool,
 ) -> Response:
-    front = ResponsesEncoder(rid, b["model"], background=True)
-    rec = st.runs.record(rid, caller.owner, KIND, b["model"], mode)
+    """A background response: a journaled run of kind ``response`` (``front`` made with
+    ``background=True``) whose stream ``opener`` opens and ``pipeline`` reads; ``keep``
+    stores it once complete."""
+    rec = st.runs.record(
+        front.response_id, caller.owner, KIND, b["model"], pipeline.resolver.download_link_mode
+    )
     await st.runs.create(rec)
-    pipeline = st.pipeline(st.resolver(caller.owner, mode, names_only=caller.names_only))
-    ubody = upstream_responses_body(b, messages, pid, stream=True)
 
     def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
         return {"response": front.final}
 
-    async def before_complete() -> None:
-        await _keep(st, caller.owner, b, turn, front)
-
     current_app.nursery.start_soon(  # type: ignore[attr-defined]
         st.runs.execute,
         rec,
-        partial(st.upstream.open_chat_stream, ubody, pid),
+        opener,
         pipeline,
         ResponsesJournalFront(front),
         summarize,
         st.relay_options(),
-        before_complete,
+        keep,
     )
     if stream:
         relay = st.runs.follow(rec, 0, st.relay_options())
@@ -278,9 +281,8 @@ async def _native(
         await _keep(st, caller.owner, b, turn, front, pipeline.upstream_id)
 
     if background:
-        return await _native_background(
-            st, caller, b, rid, front, pipeline, ubody, pid, mode, stream, keep
-        )
+        opener = partial(open_native_response, st, ubody, pid)
+        return await _background(st, caller, b, front, opener, pipeline, keep, stream)
     resp = await open_stream(st, partial(open_native_response, st, ubody, pid))
     if stream:
         return sse_response(pipeline_body(st, ROUTE, resp, pipeline, front, on_outcome=keep))
@@ -296,41 +298,6 @@ async def _native(
         raise relay.outcome
     assert front.final is not None
     return json_response(front.final)
-
-
-async def _native_background(
-    st: GatewayState,
-    caller: Caller,
-    b: dict[str, Any],
-    rid: str,
-    front: ResponsesEncoder,
-    pipeline: Any,
-    ubody: dict[str, Any],
-    pid: str,
-    mode: str,
-    stream: bool,
-    keep: Any,
-) -> Response:
-    rec = st.runs.record(rid, caller.owner, KIND, b["model"], mode)
-    await st.runs.create(rec)
-
-    def summarize(events: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"response": front.final}
-
-    current_app.nursery.start_soon(  # type: ignore[attr-defined]
-        st.runs.execute,
-        rec,
-        partial(open_native_response, st, ubody, pid),
-        pipeline,
-        ResponsesJournalFront(front),
-        summarize,
-        st.relay_options(),
-        keep,
-    )
-    if stream:
-        relay = st.runs.follow(rec, 0, st.relay_options())
-        return relay_response(st, ROUTE, relay)
-    return json_response(front.envelope("queued"))
 
 
 def _starting_after() -> int:

@@ -286,3 +286,33 @@ async def test_a_run_survives_its_instance_and_ends_on_another(
         print(f"SIGKILL of A to run.completed from B: {took:.1f} s")
     finally:
         stop_all([a, b])
+
+
+async def test_a_background_response_runs_at_the_agent_and_is_journaled(
+    hermes: HermesRun, nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    gw = await native_gateway(nursery, tmp_path, hermes)
+    notes = hermes.workdir / "bg-notes.md"
+    hermes.llm.script([Turn(tool_calls=[write(notes, "bg\n")]), Turn(text=f"Wrote {notes}.")])
+    async with _client(gw) as alice:
+        r = await alice.post(
+            "/v1/responses",
+            json={
+                "model": MODEL,
+                "input": f"Background ({hermes.workdir.name}).",
+                "background": True,
+            },
+        )
+        assert r.status_code == 200 and r.json()["status"] == "queued"
+        rid = r.json()["id"]
+        async with alice.stream("GET", f"/v1/responses/{rid}?stream=true") as ev:
+            raw = b"".join([chunk async for chunk in ev.aiter_raw()])
+        final = (await alice.get(f"/v1/responses/{rid}")).json()
+    assert final["status"] == "completed" and final["id"] == rid
+    got = Answer(raw, final["output_text"], final["gateway"])
+    await assert_delivered(gw, hermes, got, {notes: "bg\n"}, named=[notes])
+    assert [i["type"] for i in final["output"]] == [
+        "message",
+        "function_call",
+        "function_call_output",
+    ]
