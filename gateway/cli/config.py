@@ -135,6 +135,12 @@ def role_warnings(cfg: Config, role: str) -> list[str]:
     out = startup_warnings(cfg, role)
     if role == "proxy":
         out += _key_warnings(cfg)
+        if 0 < len(cfg.proxy.openwebui_jwt_secret.encode()) < 32:
+            out.append(
+                "proxy.openwebui_jwt_secret is shorter than 32 bytes: too short for HS256 "
+                "(RFC 7518 3.2; Open WebUI's PyJWT warns too); use a longer random secret "
+                "on both sides"
+            )
         if cfg.proxy.openwebui_jwt_secret and cfg.proxy.trust_user_headers:
             out.append(
                 "proxy.trust_user_headers is true although openwebui_jwt_secret is set: a "

@@ -176,7 +176,7 @@ def create_proxy_app(
         session = await authenticate()
         body = await json_body(max_json_depth(config))
         stream = validate_chat_body(body)
-        ident = session or identify(request.headers, config, ps.clock())
+        ident = session or identify(request.headers, config)
         request.scope["gateway.principal"] = ident.owner or "-"  # type: ignore[typeddict-unknown-key]
         mode = requested_mode(body) or config.artifacts.default_link_mode
         if not stream:
