@@ -37,6 +37,7 @@ from gateway.config import Config, extra_roots
 from gateway.errors import AuthError, GatewayError, RequestError, UpstreamError
 from gateway.fronts.chat import SAMPLING_KEYS, validate_chat_body
 from gateway.fronts.openwebui import OpenWebUIEncoder, ends_with_note
+from gateway.metrics import CONTENT_TYPE, ProxyMetrics
 from gateway.openwebui import ANONYMOUS, OpenWebUI, owner_for_user
 from gateway.proxy.delivery import Delivery
 from gateway.proxy.health import GatewayHealth
@@ -125,7 +126,7 @@ def create_proxy_app(
     transport: httpx.AsyncBaseTransport | None = None,
     clock: Callable[[], float] = time.time,
 ) -> ProxyApp:
-    app = ProxyApp("gateway-proxy")
+    app = ProxyApp("gateway-proxy", static_folder=None)
     install_common(app, config.server.max_body_bytes, "proxy")
     client = new_client(
         connect_timeout=10.0, transport=transport, base_url=config.proxy.gateway_url
@@ -133,6 +134,9 @@ def create_proxy_app(
     ps = ProxyState(config, client, clock=clock, openwebui=OpenWebUI.from_config(config))
     app.proxy = ps
     gateway_health = GatewayHealth(client)
+    metrics = ProxyMetrics()
+    app.on_request = metrics.on_request()
+    metrics.draining.set_function(lambda: float(ps.draining.is_set()))
     client_keys = {hashlib.sha256(k.encode()).digest() for k in config.proxy.client_keys}
 
     async def authenticate() -> Identity | None:
@@ -163,8 +167,24 @@ def create_proxy_app(
     @app.get("/health")
     async def health() -> Response:
         gw = await gateway_health.status()
+        metrics.gateway_up.set(1.0 if gw == "ok" else 0.0)
         body = {"status": "ok", "version": __version__, "gateway": gw}
         return json_response({**body, "draining": ps.draining.is_set()})
+
+    @app.get("/health/ready")
+    async def ready() -> Response:
+        """Ready: the gateway answers its ``/health`` (checked at most once a second)
+        and this proxy is not draining; 503 otherwise, naming the check."""
+        gw = await gateway_health.status()
+        metrics.gateway_up.set(1.0 if gw == "ok" else 0.0)
+        ok = gw == "ok" and not ps.draining.is_set()
+        checks = {"gateway": gw, "draining": ps.draining.is_set()}
+        body = {"status": "ready" if ok else "unready", "version": __version__, "checks": checks}
+        return json_response(body, 200 if ok else 503)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), content_type=CONTENT_TYPE)
 
     @app.get("/v1/models")
     async def models() -> Response:
