@@ -32,15 +32,13 @@ import httpx
 import trio
 from quart import Response, request
 
-from gateway import __version__
 from gateway.config import Config, extra_roots
 from gateway.errors import AuthError, GatewayError, RequestError, UpstreamError
 from gateway.fronts.chat import SAMPLING_KEYS, validate_chat_body
 from gateway.fronts.openwebui import OpenWebUIEncoder, ends_with_note
-from gateway.metrics import CONTENT_TYPE, ProxyMetrics
 from gateway.openwebui import ANONYMOUS, OpenWebUI, owner_for_user
 from gateway.proxy.delivery import Delivery
-from gateway.proxy.health import GatewayHealth
+from gateway.proxy.health import GatewayHealth, install_operator_routes
 from gateway.proxy.identity import Identity, identify, identity_hint, requested_mode
 from gateway.proxy.stream import RemoteRunSource, RunEventStage, gateway_error
 from gateway.relay import Relay, RelayOptions
@@ -134,9 +132,6 @@ def create_proxy_app(
     ps = ProxyState(config, client, clock=clock, openwebui=OpenWebUI.from_config(config))
     app.proxy = ps
     gateway_health = GatewayHealth(client)
-    metrics = ProxyMetrics()
-    app.on_request = metrics.on_request()
-    metrics.draining.set_function(lambda: float(ps.draining.is_set()))
     client_keys = {hashlib.sha256(k.encode()).digest() for k in config.proxy.client_keys}
 
     async def authenticate() -> Identity | None:
@@ -164,27 +159,7 @@ def create_proxy_app(
     async def _close() -> None:
         await ps.aclose()
 
-    @app.get("/health")
-    async def health() -> Response:
-        gw = await gateway_health.status()
-        metrics.gateway_up.set(1.0 if gw == "ok" else 0.0)
-        body = {"status": "ok", "version": __version__, "gateway": gw}
-        return json_response({**body, "draining": ps.draining.is_set()})
-
-    @app.get("/health/ready")
-    async def ready() -> Response:
-        """Ready: the gateway answers its ``/health`` (checked at most once a second)
-        and this proxy is not draining; 503 otherwise, naming the check."""
-        gw = await gateway_health.status()
-        metrics.gateway_up.set(1.0 if gw == "ok" else 0.0)
-        ok = gw == "ok" and not ps.draining.is_set()
-        checks = {"gateway": gw, "draining": ps.draining.is_set()}
-        body = {"status": "ready" if ok else "unready", "version": __version__, "checks": checks}
-        return json_response(body, 200 if ok else 503)
-
-    @app.get("/metrics")
-    async def prometheus() -> Response:
-        return Response(metrics.render(), content_type=CONTENT_TYPE)
+    install_operator_routes(app, ps.draining, gateway_health)
 
     @app.get("/v1/models")
     async def models() -> Response:
