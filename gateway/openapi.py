@@ -95,6 +95,8 @@ def _op(
 ) -> Obj:
     """One operation: its successful answers, and the error statuses it can give."""
     responses: Obj = {str(s): r for s, r in ok.items()}
+    if any(p.get("name", "").startswith("X-Gateway-") for p in parameters or ()):
+        errors = (*errors, 403)  # a user key asserting, or a proxy key outside its prefix
     for status in sorted({*ALWAYS, *(AUTH if auth else ()), *errors}, key=str):
         responses.setdefault(str(status), _error(status))
     op: Obj = {"summary": summary, "responses": responses}
@@ -250,7 +252,19 @@ LIST: Obj = {
     },
 }
 OBJECT: Obj = {"type": "object"}
-SSE_STREAM: Obj = {"type": "string", "description": "Server-sent events (docs/api.md, Streams)"}
+#: one server-sent event (OpenAPI 3.1 reads a text/event-stream schema per event; 3.2's
+#: event object): JSON in ``data`` (``[DONE]`` ends a chat stream), keep-alives are
+#: comments, not events (docs/api.md, Streams)
+SSE_STREAM: Obj = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {
+        "data": {"type": "string"},
+        "event": {"type": "string"},
+        "id": {"type": "string"},
+        "retry": {"type": "integer"},
+    },
+}
 
 
 def _stream_or_json(schema: Obj, description: str) -> Obj:
