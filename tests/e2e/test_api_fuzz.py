@@ -70,8 +70,8 @@ class Servers:
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     """The demo upstream, ``gateway run`` and ``gateway proxy``, each its own process."""
     tmp = tmp_path_factory.mktemp("fuzz")
-    root = tmp / "artifacts"
-    root.mkdir()
+    root = tmp / "artifacts"  # a folder per principal; the demo writes alice's
+    (root / "alice").mkdir(parents=True)
     ports = {name: free_port() for name in ("upstream", "api", "proxy")}
     config = tmp / "gateway.toml"
     config.write_text(
@@ -79,7 +79,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
         f'[server]\nbind = "127.0.0.1:{ports["api"]}"\n'
         f'public_base_url = "http://127.0.0.1:{ports["api"]}"\n'
         f'[upstream]\nbase_url = "http://127.0.0.1:{ports["upstream"]}/v1"\n'
-        f'[artifacts]\nroots = ["{root}"]\n'
+        f'[artifacts]\nroots = ["{root}/{{principal}}"]\n'
         f'[[auth.keys]]\nkey = "{USER_KEY}"\nprincipal = "alice"\n'
         f'[[auth.keys]]\nkey = "{PROXY_KEY}"\nprincipal = "fuzz-proxy"\nrole = "proxy"\n'
         f'[proxy]\nbind = "127.0.0.1:{ports["proxy"]}"\n'
@@ -88,7 +88,8 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
         encoding="utf-8",
     )
     env = clean_env(GATEWAY_CONFIG=str(config))
-    upstream_args = ["--port", str(ports["upstream"]), "--root", str(root), "--chunk-delay", "0"]
+    upstream_args = ["--port", str(ports["upstream"]), "--root", str(root / "alice")]
+    upstream_args += ["--chunk-delay", "0"]
     procs = [
         Proc(["-m", "gateway.demo_upstream", *upstream_args], tmp / "upstream.log", env),
         Proc(["-m", "gateway.cli", "run"], tmp / "gateway.log", env),

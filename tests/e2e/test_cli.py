@@ -383,13 +383,16 @@ def test_check_warns_for_the_example_exactly_what_run_warns_at_start(tmp_path: P
 
 
 def test_check_prints_owner_prefix_only_under_proxy_keys(tmp_path: Path) -> None:
-    cfg = write_config(
-        tmp_path / "gw.toml",
-        tmp_path,
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text(
+        f'[artifacts]\nroots = ["{tmp_path}/{{principal}}"]\n'
         f'[[auth.keys]]\nkey = "{KEY}"\nprincipal = "alice"\n'
         '[[auth.keys]]\nkey = "cli-proxy-key-0123456789"\nprincipal = "p"\nrole = "proxy"\n',
+        encoding="utf-8",
     )
-    out = gateway("config", "check", "--config", str(cfg)).stdout
+    res = gateway("config", "check", "--config", str(cfg))
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
     user, proxy = out.split("[[auth.keys]]")[1:3]
     assert "owner_prefix" not in user
     assert 'owner_prefix = "openwebui:"' in proxy
@@ -431,3 +434,20 @@ def test_demo_names_the_busy_port(tmp_path: Path) -> None:
         res = _demo_module(*args, "--proxy-port", str(port))
     assert res.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port} (--proxy-port): " in res.stderr, res.stderr
+
+
+def test_ctrl_c_while_a_server_loads_ends_without_a_traceback() -> None:
+    """SIGINT before the server's own handler is installed (during its imports) is
+    Python's KeyboardInterrupt: the command ends as interrupted, quietly."""
+    code = (
+        "import sys, gateway.cli as cli, gateway.cli.serve as serve\n"
+        "def loading(args):\n    raise KeyboardInterrupt\n"
+        "serve._cmd_run = loading\n"
+        "sys.exit(cli.main(['run']))\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(),
+        cwd=ROOT, timeout=60, check=False,
+    )  # fmt: skip
+    assert res.returncode == -signal.SIGINT, res.stderr
+    assert "Traceback" not in res.stderr and "KeyboardInterrupt" not in res.stderr
