@@ -102,7 +102,7 @@ def create_app(
     ``settings`` replaces the pipeline settings derived from ``config`` (the harness
     passes a detector that finds nothing, to prove that it catches leaks).
     """
-    app = GatewayApp("gateway")
+    app = GatewayApp("gateway", static_folder=None)  # no /static route: nothing to serve
     install_common(app, config.server.max_body_bytes, "gateway")
     st = build_state(
         config, upstream_transport=upstream_transport, store=store, clock=clock, settings=settings

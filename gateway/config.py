@@ -698,7 +698,7 @@ class LogConfig:
         "text for people, json (one object per line) for log shippers",
         env="GATEWAY_LOG_FORMAT",
     )
-    level: LogLevel = setting("info", "the least severe level written")
+    level: LogLevel = setting("info", "the least severe level written", env="GATEWAY_LOG_LEVEL")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -923,7 +923,25 @@ def load_config(
     overrides (:data:`ENV_OVERRIDES`). A missing, unreadable or malformed file raises
     :class:`ConfigError` with key ``"<file>"``.
     """
+    return load(path, env).config
+
+
+def load(
+    path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+) -> LoadedConfig:
+    """:func:`load_config` with where each value came from. ``overrides`` (dotted key
+    -> value, e.g. ``gateway run --bind``) win over the file and the environment."""
     environ: Mapping[str, str] = os.environ if env is None else env
     source = config_source(path, environ)
     data = read_config_file(source) if source is not None else {}
-    return config_from_dict(data, environ)
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.rpartition(".")
+        table = data.get(section, {}) if section else data
+        if isinstance(table, dict):  # else the file's own error is reported
+            data = {**data, section: {**table, key: value}} if section else {**data, key: value}
+        environ = {k: v for k, v in environ.items() if ENV_OVERRIDES.get(k) != dotted}
+    shown = str(Path(source).expanduser().absolute()) if source is not None else None
+    return inspect_config(data, environ, source=shown)

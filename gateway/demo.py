@@ -178,12 +178,12 @@ def run(args: argparse.Namespace) -> int:
     from gateway.server import find_bind_error
 
     try:
-        env = {"GATEWAY_LOG_FORMAT": os.environ.get("GATEWAY_LOG_FORMAT", "")}
-        fmt = args.log_format or config_from_dict({}, env).log.format
+        names = ("GATEWAY_LOG_FORMAT", "GATEWAY_LOG_LEVEL")
+        logcfg = config_from_dict({}, {n: os.environ.get(n, "") for n in names}).log
     except ConfigError as exc:
         print(f"gateway: {exc.message}", file=sys.stderr, flush=True)
         return 2
-    configure_logging("demo", fmt, "info")
+    configure_logging("demo", args.log_format or logcfg.format, logcfg.level)
     try:
         return serve_demo(
             port=args.port, upstream_port=args.upstream_port, proxy_port=args.proxy_port
@@ -193,12 +193,32 @@ def run(args: argparse.Namespace) -> int:
         if bind_err is None:
             raise
         print(
-            f"gateway: cannot listen: {bind_err.strerror or bind_err}; is another demo or "
-            "gateway running? Pick other ports with --port/--upstream-port/--proxy-port.",
+            f"gateway: cannot listen on {_busy_ports(args)}: {bind_err.strerror or bind_err}; "
+            "is another demo or gateway running? Pick other ports with "
+            "--port/--upstream-port/--proxy-port.",
             file=sys.stderr,
             flush=True,
         )
         return 1
+
+
+def _busy_ports(args: argparse.Namespace) -> str:
+    """Which of the demo's ports cannot be bound now (named by their option)."""
+    import socket
+
+    busy = []
+    for option, port in (
+        ("--port", args.port),
+        ("--upstream-port", args.upstream_port),
+        ("--proxy-port", args.proxy_port),
+    ):
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                busy.append(f"127.0.0.1:{port} ({option})")
+    return " and ".join(busy) or "one of its ports"
 
 
 def main(argv: list[str] | None = None) -> int:

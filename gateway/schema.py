@@ -622,9 +622,13 @@ def _example_table(table: Table) -> list[str]:
 
 
 def render_values(
-    cls: type, instance: Any, note: Callable[[str], str | None] = lambda dotted: None
+    cls: type,
+    instance: Any,
+    note: Callable[[str], str | None] = lambda dotted: None,
+    omit: Callable[[str], bool] = lambda dotted: False,
 ) -> str:
-    """``instance`` written as TOML, secrets masked; ``note(dotted)`` adds a trailing comment.
+    """``instance`` written as TOML, secrets masked; ``note(dotted)`` adds a trailing
+    comment; keys for which ``omit(dotted)`` is true are left out.
 
     For reading, not for loading back: masked secrets are not the real ones.
     """
@@ -633,13 +637,13 @@ def render_values(
         node = _resolve(instance, table.name)
         if not table.array:
             lines += ["", f"[{table.name}]"] if table.name else []
-            lines += _value_lines(table, node, table.name, note)
+            lines += _value_lines(table, node, table.name, note, omit)
             continue
         if not node:
             lines += ["", f"# [[{table.name}]]: none"]
         for i, item in enumerate(node):
             lines += ["", f"[[{table.name}]]"]
-            lines += _value_lines(table, item, f"{table.name}[{i}]", note)
+            lines += _value_lines(table, item, f"{table.name}[{i}]", note, omit)
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
@@ -651,10 +655,16 @@ def _resolve(instance: Any, dotted: str) -> Any:
 
 
 def _value_lines(
-    table: Table, node: Any, where: str, note: Callable[[str], str | None]
+    table: Table,
+    node: Any,
+    where: str,
+    note: Callable[[str], str | None],
+    omit: Callable[[str], bool],
 ) -> list[str]:
     out = []
     for key in table.keys:
+        if omit(_join(where, key.name)):
+            continue
         value = to_toml_value(getattr(node, key.name))
         mask = key.setting.mask
         if mask is not None:

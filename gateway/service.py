@@ -46,6 +46,7 @@ __all__ = [
     "default_label",
     "diagnose",
     "format_report",
+    "installation",
     "parse_launchctl_print",
     "render_launchd",
     "render_systemd",
@@ -95,6 +96,30 @@ def default_executable() -> Path | None:
         return here
     found = shutil.which("gateway")
     return Path(found).absolute() if found else None
+
+
+def installation() -> str:
+    """How the running gateway's code is installed, in words (``service render`` says it,
+    so an operator sees a service about to run a development clone)."""
+    import importlib.metadata
+    import json
+    import sysconfig
+
+    from gateway import __version__
+
+    purelib = Path(sysconfig.get_paths()["purelib"]).resolve()
+    code = Path(__file__).resolve().parent
+    found = list(importlib.metadata.distributions(name="artifact-gateway", path=[str(purelib)]))
+    direct = json.loads((found[0].read_text("direct_url.json") if found else None) or "{}")
+    if direct.get("dir_info", {}).get("editable"):
+        return (
+            f"an editable install of the development clone at {code.parent}: the service "
+            "will run that clone's code as it is checked out at each start (for a service, "
+            "install the wheel: README, Install)"
+        )
+    if code.is_relative_to(purelib):
+        return f"artifact-gateway {__version__}, installed in {sys.prefix}"
+    return f"the code at {code.parent}, not installed in {sys.prefix}"
 
 
 @dataclass(frozen=True)

@@ -263,7 +263,30 @@ class Backend:
         return store
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+#: fixtures that start (or use) the throw-away PostgreSQL: their tests get ``postgres``
+PG_FIXTURES = frozenset({"pg_cluster", "pg_url", "pg_empty_url"})
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``backend`` is SQLite under tests/unit (unit tests need no PostgreSQL server),
+    SQLite and PostgreSQL elsewhere, or what a module's ``BACKENDS`` names (the modules
+    of tests/e2e/postgres run the unit tests' backend cases on PostgreSQL)."""
+    if "backend" not in metafunc.fixturenames:
+        return
+    unit = Path(str(metafunc.definition.path)).resolve().is_relative_to(ROOT / "tests" / "unit")
+    names = getattr(metafunc.module, "BACKENDS", ("sqlite",) if unit else BACKEND_NAMES)
+    params = [
+        pytest.param(n, id=n, marks=[pytest.mark.postgres] if n == "postgresql" else [])
+        for n in names
+    ]
+    metafunc.parametrize("backend", params, indirect=True)
+
+
+BACKEND_NAMES = ("sqlite", "postgresql")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     if request.param == "sqlite":
         b = Backend("sqlite", lambda: open_store(tmp_path / "state"))
@@ -278,7 +301,22 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``slow`` tests are excluded by default (see the marker); ``-m slow`` runs them."""
+    """Tests using PostgreSQL get the ``postgres`` marker; a module that re-runs another
+    one's backend tests (``BACKENDS``) keeps only those; ``slow`` tests are excluded by
+    default (see the marker), ``-m slow`` runs them."""
+    kept, dropped = [], []
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & PG_FIXTURES:
+            item.add_marker(pytest.mark.postgres)
+        module = getattr(item, "module", None)
+        function = getattr(item, "function", None)
+        imported = module is not None and getattr(function, "__module__", None) != module.__name__
+        rerun = imported and hasattr(module, "BACKENDS")
+        (dropped if rerun and "backend" not in fixtures else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
     if "slow" in (config.getoption("markexpr") or ""):
         return
     skip = pytest.mark.skip(reason="slow: run with -m slow")

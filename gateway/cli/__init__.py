@@ -8,6 +8,8 @@ holds the state directory (:data:`gateway.lock.EXIT_ALREADY_RUNNING`).
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 
 from gateway import __version__
@@ -61,6 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         err(exc.message)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        # Ctrl-C before a server's own signal handling is in place (while it loads):
+        # end as an interrupted program does, without a traceback
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import argparse
 import ipaddress
 import os
 import sys
+from dataclasses import fields
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -22,6 +23,7 @@ from gateway.config import (
     Config,
     LoadedConfig,
     config_file_warning,
+    config_from_dict,
     config_source,
     inspect_config,
     is_multi_user,
@@ -33,7 +35,15 @@ from gateway.errors import ConfigError
 from gateway.schema import render_example, render_values
 from gateway.trust import trust_problem
 
-__all__ = ["config_warnings", "effective_text", "example_text", "register", "startup_warnings"]
+__all__ = [
+    "config_warnings",
+    "effective_text",
+    "example_text",
+    "proxy_configured",
+    "register",
+    "role_warnings",
+    "startup_warnings",
+]
 
 EXAMPLE_HEADER = (
     "artifact gateway configuration: every key at its default, with its meaning.",
@@ -61,12 +71,19 @@ def effective_text(loaded: LoadedConfig) -> str:
             return f"default, as openwebui_jwt_secret is {secret}"
         return None
 
+    def omit(dotted: str) -> bool:
+        """``owner_prefix`` means something for a proxy key only."""
+        if not dotted.startswith("auth.keys[") or not dotted.endswith("].owner_prefix"):
+            return False
+        index = int(dotted[len("auth.keys[") : -len("].owner_prefix")])
+        return loaded.config.auth.keys[index].role != "proxy"
+
     source = loaded.source or "none (built-in defaults)"
     head = (
         f"# effective configuration; file: {source}\n"
         "# defaults < file < environment; paths resolved; secrets masked (for reading, not loading)\n\n"
     )
-    return head + render_values(Config, loaded.config, note)
+    return head + render_values(Config, loaded.config, note, omit)
 
 
 def _is_loopback(host: str) -> bool:
@@ -111,15 +128,26 @@ def startup_warnings(cfg: Config, role: str) -> list[str]:
     return out
 
 
-def config_warnings(loaded: LoadedConfig) -> list[str]:
-    """Settings that load but will probably not work as meant, one sentence each."""
-    cfg = loaded.config
-    out = startup_warnings(cfg, "api")
-    exposed = config_file_warning(loaded.source) if loaded.source != "<stdin>" else None
-    out += [exposed] if exposed else []
-    if any(key.startswith("proxy.") for key in loaded.given):  # a config for the proxy too
-        out += startup_warnings(cfg, "proxy")
-    out += _key_warnings(cfg)
+def role_warnings(cfg: Config, role: str) -> list[str]:
+    """What ``gateway run`` (``role="api"``) or ``gateway proxy`` logs at start, and
+    ``gateway config check`` prints: settings that load but will probably not work as
+    meant, one sentence each."""
+    out = startup_warnings(cfg, role)
+    if role == "proxy":
+        out += _key_warnings(cfg)
+        if 0 < len(cfg.proxy.openwebui_jwt_secret.encode()) < 32:
+            out.append(
+                "proxy.openwebui_jwt_secret is shorter than 32 bytes: too short for HS256 "
+                "(RFC 7518 3.2; Open WebUI's PyJWT warns too); use a longer random secret "
+                "on both sides"
+            )
+        if cfg.proxy.openwebui_jwt_secret and cfg.proxy.trust_user_headers:
+            out.append(
+                "proxy.trust_user_headers is true although openwebui_jwt_secret is set: a "
+                "request without a JWT can still claim any user by its X-OpenWebUI-User-* "
+                "headers; set it to false"
+            )
+        return out
     bind_host = parse_bind(cfg.server.bind)[0]
     link_host = _url_host(cfg.server.public_base_url)
     if _is_loopback(link_host) and not _is_loopback(bind_host):
@@ -128,13 +156,7 @@ def config_warnings(loaded: LoadedConfig) -> list[str]:
             f"listens on {bind_host}: links will not open on other machines; set the "
             "address clients use"
         )
-    if cfg.proxy.openwebui_jwt_secret and cfg.proxy.trust_user_headers:
-        out.append(
-            "proxy.trust_user_headers is true although openwebui_jwt_secret is set: a request "
-            "without a JWT can still claim any user by its X-OpenWebUI-User-* headers; set it "
-            "to false"
-        )
-    return out + _root_warnings(cfg) + list(loaded.notes)
+    return out + _root_warnings(cfg)
 
 
 def _root_warnings(cfg: Config) -> list[str]:
@@ -161,6 +183,33 @@ def _root_warnings(cfg: Config) -> list[str]:
                 "each a folder ({principal} in roots, or [[artifacts.scopes]]) unless that is meant"
             )
     return out
+
+
+def file_warnings(source: str | None) -> list[str]:
+    """The config file itself readable by other users while it holds a secret."""
+    exposed = config_file_warning(source) if source not in (None, "<stdin>") else None
+    return [exposed] if exposed else []
+
+
+def proxy_configured(cfg: Config) -> bool:
+    """The file sets a ``[proxy]`` key to something else than its default (the example,
+    which writes every default, does not)."""
+    default = config_from_dict({}).proxy
+    return any(
+        getattr(cfg.proxy, f.name) != getattr(default, f.name)
+        for f in fields(cfg.proxy)
+        if f.name != "trust_user_headers"  # derived from openwebui_jwt_secret
+    )
+
+
+def config_warnings(loaded: LoadedConfig) -> list[str]:
+    """``gateway run``'s start-up warnings, ``gateway proxy``'s too when the file
+    configures the proxy, and the deprecations."""
+    cfg = loaded.config
+    out = role_warnings(cfg, "api") + file_warnings(loaded.source)
+    if proxy_configured(cfg):
+        out += [w for w in role_warnings(cfg, "proxy") if w not in out]
+    return out + list(loaded.notes)
 
 
 def _url_host(url: str) -> str:

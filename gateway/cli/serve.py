@@ -98,17 +98,56 @@ def run_locked(cfg: Any, *, role: str, replace: bool, serve: Callable[[], int]) 
 
 
 def _load(args: argparse.Namespace, process: str, role: str) -> Any:
-    """The config of a serving command; logging set up from it (``--log-format`` wins)."""
-    from gateway.cli.config import startup_warnings
-    from gateway.config import config_file_warning, config_source, load_config
+    """The config of a serving command (``--bind`` wins over the file and the
+    environment); logging set up from it (``--log-format`` wins); the warnings that
+    ``gateway config check`` prints for this command logged."""
+    from gateway.cli.config import file_warnings, role_warnings
+    from gateway.config import load, parse_bind
+    from gateway.errors import ConfigError
     from gateway.logs import configure_logging
 
-    cfg = load_config(args.config)
+    overrides = {}
+    if args.bind is not None:
+        try:
+            parse_bind(args.bind)
+        except ValueError as exc:
+            raise ConfigError("<file>", f"--bind {args.bind!r}: {exc}") from None
+        overrides["server.bind" if role == "api" else "proxy.bind"] = args.bind
+    loaded = load(args.config, overrides=overrides)
+    cfg = loaded.config
     configure_logging(process, args.log_format or cfg.log.format, cfg.log.level)
-    exposed = config_file_warning(config_source(args.config, os.environ))
-    for warning in [*startup_warnings(cfg, role), *([exposed] if exposed else [])]:
+    for warning in [*role_warnings(cfg, role), *file_warnings(loaded.source), *loaded.notes]:
         log.warning("%s", warning)
-    return cfg
+    return _fit_connections(cfg)
+
+
+def _fit_connections(cfg: Any) -> Any:
+    """``server.max_connections`` at its default value (16,384; also when a file such as
+    the example writes it) is lowered to the streams the hard descriptor limit holds (2
+    each): a default start neither warns nor promises more than the host gives. Another
+    value is kept, and warned about at start when the limit cannot hold it
+    (gateway.connections)."""
+    import dataclasses
+    import resource
+
+    from gateway.config import ServerConfig
+    from gateway.connections import FD_RESERVE, FDS_PER_STREAM
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    default = ServerConfig().max_connections
+    if cfg.server.max_connections != default or hard == resource.RLIM_INFINITY:
+        return cfg
+    fits = max(64, (hard - FD_RESERVE) // FDS_PER_STREAM)
+    if fits >= cfg.server.max_connections:
+        return cfg
+    log.info(
+        "server.max_connections: %d, what the hard file-descriptor limit (%d) holds "
+        "(the default is %d; raise LimitNOFILE / NumberOfFiles, or set the key)",
+        fits,
+        hard,
+        cfg.server.max_connections,
+    )
+    return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, max_connections=fits))
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -190,6 +229,15 @@ _REPLACE_HELP = (
 )
 
 
+def _add_bind_option(parser: argparse.ArgumentParser, key: str, default: str) -> None:
+    parser.add_argument(
+        "--bind",
+        metavar="HOST:PORT",
+        help=f"listen here (wins over {key} and its variable; default {default}); "
+        "IPv6 as [::1]:PORT",
+    )
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = sub.add_parser(
         "run",
@@ -204,6 +252,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_config_option(run)
     add_log_format_option(run)
+    _add_bind_option(run, "server.bind", "127.0.0.1:8642")
     run.add_argument("--replace", action="store_true", help=_REPLACE_HELP.format(what="instance"))
     run.set_defaults(func=_cmd_run)
 
@@ -219,6 +268,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_config_option(proxy)
     add_log_format_option(proxy)
+    _add_bind_option(proxy, "proxy.bind", "127.0.0.1:8653")
     proxy.add_argument("--replace", action="store_true", help=_REPLACE_HELP.format(what="proxy"))
     proxy.set_defaults(func=_cmd_proxy)
 

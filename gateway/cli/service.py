@@ -15,7 +15,7 @@ from gateway.lock import EXIT_USAGE
 
 def _cmd_service_render(args: argparse.Namespace) -> int:
     from gateway.config import load_config
-    from gateway.service import ServiceSpec, default_executable
+    from gateway.service import ServiceSpec, default_executable, installation
 
     raw = args.config or os.environ.get("GATEWAY_CONFIG")
     if not raw:
@@ -33,6 +33,8 @@ def _cmd_service_render(args: argparse.Namespace) -> int:
     if exe is None:
         err("cannot find the `gateway` executable; pass --executable PATH")
         return 1
+    which = "given with --executable" if args.executable else installation()
+    err(f"the service runs {exe} ({which})")
     spec = ServiceSpec(
         role=args.role,
         executable=exe,

@@ -32,14 +32,13 @@ import httpx
 import trio
 from quart import Response, request
 
-from gateway import __version__
 from gateway.config import Config, extra_roots
 from gateway.errors import AuthError, GatewayError, RequestError, UpstreamError
 from gateway.fronts.chat import SAMPLING_KEYS, validate_chat_body
 from gateway.fronts.openwebui import OpenWebUIEncoder, ends_with_note
 from gateway.openwebui import ANONYMOUS, OpenWebUI, owner_for_user
 from gateway.proxy.delivery import Delivery
-from gateway.proxy.health import GatewayHealth
+from gateway.proxy.health import GatewayHealth, install_operator_routes
 from gateway.proxy.identity import Identity, identify, identity_hint, requested_mode
 from gateway.proxy.stream import RemoteRunSource, RunEventStage, gateway_error
 from gateway.relay import Relay, RelayOptions
@@ -125,7 +124,7 @@ def create_proxy_app(
     transport: httpx.AsyncBaseTransport | None = None,
     clock: Callable[[], float] = time.time,
 ) -> ProxyApp:
-    app = ProxyApp("gateway-proxy")
+    app = ProxyApp("gateway-proxy", static_folder=None)
     install_common(app, config.server.max_body_bytes, "proxy")
     client = new_client(
         connect_timeout=10.0, transport=transport, base_url=config.proxy.gateway_url
@@ -160,11 +159,7 @@ def create_proxy_app(
     async def _close() -> None:
         await ps.aclose()
 
-    @app.get("/health")
-    async def health() -> Response:
-        gw = await gateway_health.status()
-        body = {"status": "ok", "version": __version__, "gateway": gw}
-        return json_response({**body, "draining": ps.draining.is_set()})
+    install_operator_routes(app, ps.draining, gateway_health)
 
     @app.get("/v1/models")
     async def models() -> Response:
@@ -176,7 +171,7 @@ def create_proxy_app(
         session = await authenticate()
         body = await json_body(max_json_depth(config))
         stream = validate_chat_body(body)
-        ident = session or identify(request.headers, config, ps.clock())
+        ident = session or identify(request.headers, config)
         request.scope["gateway.principal"] = ident.owner or "-"  # type: ignore[typeddict-unknown-key]
         mode = requested_mode(body) or config.artifacts.default_link_mode
         if not stream:

@@ -1,4 +1,5 @@
-"""The proxy's view of the gateway's health, for ``GET /health``.
+"""The proxy's view of the gateway's health, and the proxy's operator routes:
+``GET /health``, ``GET /health/ready``, ``GET /metrics``, ``GET /openapi.json``.
 
 ``/health`` needs no key, so each call must not cost a call to the gateway: a client
 pipelining health checks would otherwise make the proxy send the gateway one request
@@ -8,13 +9,20 @@ every other caller waits for its answer (one request at a time, whatever the loa
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
 import httpx
 import trio
+from quart import Response
 
-__all__ = ["FRESH_SECONDS", "GatewayHealth"]
+from gateway import __version__
+from gateway.metrics import CONTENT_TYPE, ProxyMetrics
+from gateway.openapi import proxy_document
+from gateway.web import ServiceApp, json_response
+
+__all__ = ["FRESH_SECONDS", "GatewayHealth", "install_operator_routes"]
 
 #: how long one answer of the gateway's ``/health`` is reported
 FRESH_SECONDS = 1.0
@@ -57,3 +65,39 @@ class GatewayHealth:
             done.set()
         self._answer = (started, status)
         return status
+
+
+def install_operator_routes(app: ServiceApp, draining: trio.Event, gateway: GatewayHealth) -> None:
+    """The routes an operator's tools call, none needing a key: liveness (with the
+    gateway's state), readiness (the gateway answers and this proxy is not draining;
+    503 naming the check otherwise), Prometheus metrics, the OpenAPI document."""
+    metrics = ProxyMetrics()
+    app.on_request = metrics.on_request()
+    metrics.draining.set_function(lambda: float(draining.is_set()))
+    document = json.dumps(proxy_document(), separators=(",", ":")).encode()
+
+    async def gateway_state() -> str:
+        state = await gateway.status()
+        metrics.gateway_up.set(1.0 if state == "ok" else 0.0)
+        return state
+
+    @app.get("/health")
+    async def health() -> Response:
+        body = {"status": "ok", "version": __version__, "gateway": await gateway_state()}
+        return json_response({**body, "draining": draining.is_set()})
+
+    @app.get("/health/ready")
+    async def ready() -> Response:
+        gw = await gateway_state()
+        ok = gw == "ok" and not draining.is_set()
+        checks = {"gateway": gw, "draining": draining.is_set()}
+        body = {"status": "ready" if ok else "unready", "version": __version__, "checks": checks}
+        return json_response(body, 200 if ok else 503)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), content_type=CONTENT_TYPE)
+
+    @app.get("/openapi.json")
+    async def openapi() -> Response:
+        return Response(document, content_type="application/json")

@@ -1,8 +1,11 @@
 """Who is asking the proxy: the Open WebUI user, from a signed JWT or forwarded headers.
 
-* ``X-OpenWebUI-User-Jwt`` (HS256, verified with ``proxy.openwebui_jwt_secret``;
-  ``exp`` and ``iss = open-webui`` checked; an invalid token is 401, never a silent
-  fallback);
+* ``X-OpenWebUI-User-Jwt``, verified by PyJWT (what Open WebUI signs it with) with
+  ``proxy.openwebui_jwt_secret``: the algorithm pinned to HS256 (the token's header
+  cannot choose), ``exp``, ``iat``, ``iss = open-webui`` and ``sub`` required, ``exp``,
+  ``nbf`` (when present) and ``iat`` checked against this host's clock with
+  :data:`JWT_LEEWAY_SECONDS` of leeway for clock skew; an invalid token is 401
+  ``invalid_user_jwt`` saying why, never a silent fallback;
 * else ``X-OpenWebUI-User-Id`` when ``proxy.trust_user_headers`` (default: only when
   no JWT secret is configured — with a secret, bare headers are refused: anyone who
   can reach the proxy with the client key could claim any user).
@@ -14,13 +17,12 @@ auth type "session") is stronger still: see :mod:`gateway.proxy.openwebui`.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import json
 import urllib.parse
+import warnings
 from dataclasses import dataclass
 from typing import Any
+
+import jwt
 
 from gateway.auth import LINK_MODES
 from gateway.config import Config
@@ -29,42 +31,47 @@ from gateway.openwebui import owner_for_user
 
 __all__ = ["Identity", "identify", "owner_for", "requested_mode", "verify_openwebui_jwt"]
 
+#: clock skew tolerated between Open WebUI's host and this one, on exp, nbf and iat
 JWT_LEEWAY_SECONDS = 30
+#: the only algorithm accepted: the token's own header never chooses
+JWT_ALGORITHMS = ["HS256"]
+JWT_ISSUER = "open-webui"
+#: Open WebUI 0.12.4 writes sub, email, name, role, iss, iat and exp
+JWT_REQUIRED = ["exp", "iat", "iss", "sub"]
+
+_WHY: tuple[tuple[type[jwt.PyJWTError], str], ...] = (
+    (jwt.ExpiredSignatureError, "it has expired"),
+    (jwt.ImmatureSignatureError, "it is not valid yet (nbf or iat lies in the future)"),
+    (jwt.InvalidIssuerError, "it was not issued by open-webui"),
+    (jwt.InvalidSignatureError, "the signature does not match proxy.openwebui_jwt_secret"),
+    (jwt.InvalidAlgorithmError, "only HS256 is accepted"),
+    (jwt.DecodeError, "it cannot be decoded"),
+)
 
 
-def _b64url_decode(part: str) -> bytes:
-    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
-
-
-def verify_openwebui_jwt(token: str, secret: str, now: float) -> dict[str, Any]:
-    """Verify an Open WebUI user JWT (HS256); return its claims or raise 401."""
+def verify_openwebui_jwt(token: str, secret: str) -> dict[str, Any]:
+    """Verify an Open WebUI user JWT; return its claims or raise 401 ``invalid_user_jwt``."""
 
     def bad(why: str) -> AuthError:
         return AuthError(f"The Open WebUI user token is not valid: {why}.", code="invalid_user_jwt")
 
-    parts = token.strip().split(".")
-    if len(parts) != 3:
-        raise bad("it is not a JWT")
     try:
-        header = json.loads(_b64url_decode(parts[0]))
-        claims = json.loads(_b64url_decode(parts[1]))
-        signature = _b64url_decode(parts[2])
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise bad("it cannot be decoded") from None
-    if not isinstance(header, dict) or header.get("alg") != "HS256":
-        raise bad("only HS256 is accepted")
-    expected = hmac.new(secret.encode(), f"{parts[0]}.{parts[1]}".encode(), hashlib.sha256).digest()
-    if not hmac.compare_digest(signature, expected):
-        raise bad("the signature does not match proxy.openwebui_jwt_secret")
-    if not isinstance(claims, dict):
-        raise bad("its claims are not an object")
-    exp = claims.get("exp")
-    if not isinstance(exp, int | float) or isinstance(exp, bool):
-        raise bad("it has no expiry")
-    if exp + JWT_LEEWAY_SECONDS < now:
-        raise bad("it has expired")
-    if claims.get("iss") != "open-webui":
-        raise bad("it was not issued by open-webui")
+        with warnings.catch_warnings():
+            # a secret under 32 bytes: warned once by `gateway proxy` and config check
+            warnings.simplefilter("ignore", jwt.InsecureKeyLengthWarning)
+            claims = jwt.decode(
+                token.strip(),
+                secret,
+                algorithms=JWT_ALGORITHMS,
+                issuer=JWT_ISSUER,
+                leeway=JWT_LEEWAY_SECONDS,
+                options={"require": JWT_REQUIRED},
+            )
+    except jwt.MissingRequiredClaimError as exc:
+        raise bad(f"it has no {exc.claim!r} claim") from None
+    except jwt.PyJWTError as exc:
+        why = next((w for kind, w in _WHY if isinstance(exc, kind)), "its claims are malformed")
+        raise bad(why) from None
     sub = claims.get("sub")
     if not isinstance(sub, str) or not sub:
         raise bad("it names no user")
@@ -87,7 +94,7 @@ def _trust_headers(config: Config) -> bool:
     return bool(config.proxy.trust_user_headers)
 
 
-def identify(headers: Any, config: Config, now: float) -> Identity:
+def identify(headers: Any, config: Config) -> Identity:
     """The identity from the JWT or (when trusted) the forwarded user headers."""
     token = headers.get("X-OpenWebUI-User-Jwt")
     secret = config.proxy.openwebui_jwt_secret
@@ -98,7 +105,7 @@ def identify(headers: Any, config: Config, now: float) -> Identity:
                 "configure the shared secret.",
                 code="jwt_not_configured",
             )
-        claims = verify_openwebui_jwt(token, secret, now)
+        claims = verify_openwebui_jwt(token, secret)
         return Identity(owner_for(claims["sub"]), "jwt", claims.get("email"), claims.get("name"))
     if _trust_headers(config):
         user_id = headers.get("X-OpenWebUI-User-Id")

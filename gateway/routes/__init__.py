@@ -6,6 +6,16 @@ from quart import Blueprint
 
 
 def blueprints() -> list[Blueprint]:
-    from gateway.routes import artifacts, chat, health, responses, runs, selftest, sessions
+    from gateway.routes import (
+        artifacts,
+        chat,
+        health,
+        openapi,
+        responses,
+        runs,
+        selftest,
+        sessions,
+    )
 
-    return [m.bp for m in (health, chat, responses, runs, sessions, artifacts, selftest)]
+    modules = (health, chat, responses, runs, sessions, artifacts, selftest, openapi)
+    return [m.bp for m in modules]

@@ -346,3 +346,108 @@ def test_service_doctor_names_the_real_config(tmp_path: Path) -> None:
     assert "<config>" not in stale.stdout
     data = plistlib.loads(plist.read_bytes())
     assert data["ProgramArguments"][-1] == config
+
+
+# --------------------------------------------------------------------------- issue 36, item 7
+
+
+def _warnings(stderr: str) -> list[str]:
+    """The warning sentences of ``config check`` (``gateway: warning: ...``) or of a
+    serving command's text log (``... WARN  ...``)."""
+    out = []
+    for line in stderr.splitlines():
+        if line.startswith("gateway: warning: "):
+            out.append(line.removeprefix("gateway: warning: "))
+        elif " WARN  " in line:
+            out.append(line.split(" WARN  ", 1)[1])
+    return out
+
+
+def test_check_warns_for_the_example_exactly_what_run_warns_at_start(tmp_path: Path) -> None:
+    """The example written to a file, checked, then started: the same sentences, and no
+    word about file descriptors (a default start fits max_connections to the host)."""
+    example = gateway("config", "example").stdout
+    port = free_port()
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text(example, encoding="utf-8")
+    env = clean_env(GATEWAY_STATE_DIR=str(tmp_path / "state"), GATEWAY_BIND=f"127.0.0.1:{port}")
+    checked = gateway("config", "check", "--config", str(cfg), env=env)
+    assert checked.returncode == 0, checked.stderr
+    log = tmp_path / "gw.log"
+    with running(["-m", "gateway.cli", "run", "--config", str(cfg)], log, "listening on", env):
+        pass
+    started = _warnings(log.read_text())
+    assert started == _warnings(checked.stderr), log.read_text()
+    assert any("refuse every request" in w for w in started)
+    assert not any("descriptor" in w for w in started)
+
+
+def test_check_prints_owner_prefix_only_under_proxy_keys(tmp_path: Path) -> None:
+    cfg = tmp_path / "gw.toml"
+    cfg.write_text(
+        f'[artifacts]\nroots = ["{tmp_path}/{{principal}}"]\n'
+        f'[[auth.keys]]\nkey = "{KEY}"\nprincipal = "alice"\n'
+        '[[auth.keys]]\nkey = "cli-proxy-key-0123456789"\nprincipal = "p"\nrole = "proxy"\n',
+        encoding="utf-8",
+    )
+    res = gateway("config", "check", "--config", str(cfg))
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    user, proxy = out.split("[[auth.keys]]")[1:3]
+    assert "owner_prefix" not in user
+    assert 'owner_prefix = "openwebui:"' in proxy
+
+
+def test_run_bind_wins_over_the_file_and_the_variable(tmp_path: Path) -> None:
+    port = free_port()
+    cfg = write_config(tmp_path / "gw.toml", tmp_path, '[server]\nbind = "127.0.0.1:1"\n')
+    env = clean_env(GATEWAY_BIND="127.0.0.1:2")
+    log = tmp_path / "gw.log"
+    args = ["-m", "gateway.cli", "run", "--config", str(cfg), "--bind", f"127.0.0.1:{port}"]
+    with running(args, log, "listening on", env):
+        pass
+    assert f"listening on http://127.0.0.1:{port}" in log.read_text()
+    bad = gateway("run", "--config", str(cfg), "--bind", "nowhere")
+    assert bad.returncode == 2 and bad.stderr.startswith("gateway: --bind 'nowhere': "), bad.stderr
+
+
+def test_log_level_has_a_variable(tmp_path: Path) -> None:
+    port = free_port()
+    cfg = write_config(tmp_path / "gw.toml", tmp_path, f'[server]\nbind = "127.0.0.1:{port}"\n')
+    log = tmp_path / "gw.log"
+    env = clean_env(GATEWAY_LOG_LEVEL="warning")
+    with running(["-m", "gateway.cli", "run", "--config", str(cfg)], log, "refuse every", env):
+        time.sleep(1.0)
+    assert " INFO " not in log.read_text()
+    res = gateway("config", "check", "--config", str(cfg), env=clean_env(GATEWAY_LOG_LEVEL="debug"))
+    assert 'level = "debug"  # from $GATEWAY_LOG_LEVEL' in res.stdout
+    bad = gateway("config", "check", env=clean_env(GATEWAY_LOG_LEVEL="loud"))
+    assert bad.returncode == 2 and "GATEWAY_LOG_LEVEL" in bad.stderr
+
+
+def test_demo_names_the_busy_port(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        args = ["--port", str(free_port()), "--upstream-port", str(free_port())]
+        res = _demo_module(*args, "--proxy-port", str(port))
+    assert res.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port} (--proxy-port): " in res.stderr, res.stderr
+
+
+def test_ctrl_c_while_a_server_loads_ends_without_a_traceback() -> None:
+    """SIGINT before the server's own handler is installed (during its imports) is
+    Python's KeyboardInterrupt: the command ends as interrupted, quietly."""
+    code = (
+        "import sys, gateway.cli as cli, gateway.cli.serve as serve\n"
+        "def loading(args):\n    raise KeyboardInterrupt\n"
+        "serve._cmd_run = loading\n"
+        "sys.exit(cli.main(['run']))\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=clean_env(),
+        cwd=ROOT, timeout=60, check=False,
+    )  # fmt: skip
+    assert res.returncode == -signal.SIGINT, res.stderr
+    assert "Traceback" not in res.stderr and "KeyboardInterrupt" not in res.stderr

@@ -12,9 +12,11 @@ The repository is cloned into a temporary folder (only what is committed), then:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -234,9 +236,10 @@ def test_readme_layout_table_matches_the_tree(clone: Path) -> None:
 
 
 def test_ctrl_c_ends_dev_pys_child_its_own_way_without_a_traceback(tmp_path: Path) -> None:
-    """``python3 dev.py run`` in a terminal: Ctrl-C (SIGINT to the process group) must
-    let the child end as it does (here: it prints and exits 0), and dev.py itself
-    print no ``KeyboardInterrupt`` traceback and return the child's status."""
+    """SIGINT to dev.py's process group (no terminal: a supervisor stopping the job)
+    reaches the child once, forwarded by dev.py (the child runs in a group of its
+    own): it ends as it does (here: it prints and exits 0), and dev.py prints no
+    ``KeyboardInterrupt`` traceback and returns the child's status."""
     import signal
     import time
 
@@ -268,3 +271,52 @@ def test_ctrl_c_ends_dev_pys_child_its_own_way_without_a_traceback(tmp_path: Pat
     assert "child: drained" in out
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert proc.returncode == 0
+
+
+def test_ctrl_c_in_a_terminal_reaches_the_child_alone(tmp_path: Path) -> None:
+    """``python3 dev.py run`` in a terminal: the child gets the terminal (as a shell's
+    job), so the terminal's Ctrl-C reaches the child directly, once; dev.py is not
+    interrupted (it forwards nothing) and returns the child's status."""
+    import pty
+    import select
+    import time
+
+    child = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGINT, lambda *a: (print('child: drained', flush=True), sys.exit(0)))\n"
+        "print('ready', flush=True); time.sleep(30)\n"
+    )
+    script = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); import dev\n"
+        f"rc = dev.run([sys.executable, '-c', {child!r}]); print('dev.py rc', rc, flush=True)\n"
+    )
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a session whose controlling terminal is the pty
+        os.execv(sys.executable, [sys.executable, "-c", script])
+    out = b""
+
+    def read_until(needle: bytes, timeout: float) -> None:
+        nonlocal out
+        deadline = time.monotonic() + timeout
+        while needle not in out and time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.1)[0]:
+                try:
+                    out += os.read(fd, 4096)
+                except OSError:
+                    break
+        assert needle in out, out.decode(errors="replace")
+
+    try:
+        read_until(b"ready", 20)
+        time.sleep(0.2)
+        os.write(fd, b"\x03")  # Ctrl-C, as typed
+        read_until(b"dev.py rc 0\r\n", 20)
+    finally:
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(pid, os.WNOHANG) == (0, 0):
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    text = out.decode(errors="replace")
+    assert "child: drained" in text and "dev.py rc 0" in text, text
+    assert "received SIGINT" not in text, text  # dev.py itself was not interrupted

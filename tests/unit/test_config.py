@@ -375,12 +375,14 @@ bind = "127.0.0.1:1001"
         "GATEWAY_DATABASE_URL": "postgresql://gw:pw@db.internal:5432/gateway",
         "GATEWAY_OPENWEBUI_URL": "https://chat.example.com/",
         "GATEWAY_LOG_FORMAT": "json",
+        "GATEWAY_LOG_LEVEL": "debug",
     }
     assert set(env) == set(ENV_OVERRIDES)
     cfg = load_config(path, env=env)
     assert cfg.database_url == "postgresql://gw:pw@db.internal:5432/gateway"
     assert cfg.proxy.openwebui_url == "https://chat.example.com"
     assert cfg.log.format == "json"
+    assert cfg.log.level == "debug"
     assert cfg.state_dir == home / "env-state"
     assert cfg.server.bind == "[::1]:2000"
     assert cfg.server.public_base_url == "https://env.example.com"
@@ -421,6 +423,7 @@ def test_env_override_wins_over_a_bad_file_value(home: Path) -> None:
         ("GATEWAY_DATABASE_URL", "mysql://u:pw@h/db", "database_url"),
         ("GATEWAY_OPENWEBUI_URL", "chat.example.com", "proxy.openwebui_url"),
         ("GATEWAY_LOG_FORMAT", "xml", "log.format"),
+        ("GATEWAY_LOG_LEVEL", "loud", "log.level"),
     ],
 )
 def test_bad_env_override_names_the_variable(home: Path, var: str, value: str, key: str) -> None:

@@ -79,6 +79,7 @@ def test_env_overrides_come_from_the_schema() -> None:
         "GATEWAY_PROXY_BIND": "proxy.bind",
         "GATEWAY_OPENWEBUI_URL": "proxy.openwebui_url",
         "GATEWAY_LOG_FORMAT": "log.format",
+        "GATEWAY_LOG_LEVEL": "log.level",
     }
 
 

@@ -18,6 +18,10 @@
 
 Standard library only: it runs before any project venv exists. The test fixtures
 import the path helpers below so that both agree on where things are.
+
+SIGTERM, SIGINT or SIGHUP stop it at any moment with everything it started (ensurepip,
+pip and its build steps, apt-get): each runs under ``tests/children.py``'s supervisor,
+and an interrupted install leaves no stamp, so the next run starts it again.
 """
 
 from __future__ import annotations
@@ -31,6 +35,11 @@ import sys
 import time
 import venv
 from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: the repository's root for `tests`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from tests.children import Supervisor  # standard library only
 
 OPENWEBUI_VERSION = "0.12.4"
 #: admitted by Open WebUI 0.12.4's requirements; a CPU build of it lies on our machines' disk
@@ -89,25 +98,32 @@ def chromium_installed() -> bool:
     return CHROMIUM.exists() and os.access(CHROMIUM, os.X_OK)
 
 
+#: the supervisor of this script's children (made by :func:`main`)
+_SUPERVISOR: Supervisor | None = None
+
+
 def _run(argv: list[str], *, quiet: bool = False, **kw: object) -> None:
     """Run a command; drop pip's notes about this machine's unused local index paths.
 
     ``quiet``: show the output only if the command fails.
     """
     print("+", " ".join(argv), flush=True)
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)  # type: ignore[call-overload]
-    assert proc.stdout is not None
-    kept = []
-    for line in proc.stdout:
-        if line.startswith("WARNING: Location '"):
-            continue
-        if quiet:
-            kept.append(line)
-        else:
+
+    def show(line: str) -> None:
+        if not quiet and not line.startswith("WARNING: Location '"):
             print(line, end="", flush=True)
-    if proc.wait() != 0:
-        print("".join(kept), end="", file=sys.stderr)
-        raise subprocess.CalledProcessError(proc.returncode, argv)
+
+    sup = _SUPERVISOR or Supervisor()
+    done = sup.run(argv, on_line=show, grace=30.0, **kw)
+    if done.returncode != 0:
+        if quiet:
+            kept = (
+                line
+                for line in done.output.splitlines(keepends=True)
+                if not line.startswith("WARNING: Location '")
+            )
+            print("".join(kept), end="", file=sys.stderr)
+        raise subprocess.CalledProcessError(done.returncode, argv)
 
 
 def install_openwebui() -> None:
@@ -118,7 +134,9 @@ def install_openwebui() -> None:
     stamp_path().unlink(missing_ok=True)
     print(f"Open WebUI {OPENWEBUI_VERSION}: installing into {venv_dir()} (a few minutes) ...")
     cache_dir().mkdir(parents=True, exist_ok=True)
-    venv.EnvBuilder(with_pip=True, clear=True).create(venv_dir())
+    # pip from ensurepip as a child of ours (venv's with_pip runs it out of reach)
+    venv.EnvBuilder(with_pip=False, clear=True).create(venv_dir())
+    _run([str(venv_python()), "-m", "ensurepip", "--upgrade", "--default-pip"], quiet=True)
     pip = [str(venv_python()), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     env = {**os.environ, "PIP_NO_INPUT": "1"}
     _run([*pip, TORCH_SPEC], env=env)
@@ -187,6 +205,12 @@ def install_chromium() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global _SUPERVISOR
+    with Supervisor() as _SUPERVISOR:
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="only report; exit 1 if incomplete")
     args = ap.parse_args(argv)
