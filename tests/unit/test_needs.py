@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
     [
         (["tests/unit"], set()),
         (["tests/unit/test_config.py", "-k", "bind"], set()),
-        (["tests/e2e/owui"], {"openwebui"}),
+        # (the whole story with the real agent lies there too: it needs Hermes)
+        (["tests/e2e/owui"], {"openwebui", "hermes"}),
         (["tests/e2e/owui/test_openwebui_jwt.py::test_x"], {"openwebui"}),
         (["tests/e2e/postgres"], {"postgres"}),
         (["tests/e2e/test_multi_instance.py"], {"postgres"}),
