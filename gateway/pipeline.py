@@ -602,7 +602,8 @@ class ChatPipeline(Scrubber):
         id turned into the answer's tool number, its label with every path its name (a
         status line, not a place to click)."""
         name = check_name(data.get("tool"))
-        status = _PROGRESS_STATUS.get(data.get("status"))  # type: ignore[arg-type]
+        raw = data.get("status")  # any JSON value: looked up only when it is a string
+        status = _PROGRESS_STATUS.get(raw) if isinstance(raw, str) else None
         if name is None or status is None:
             return None
         key = data.get("toolCallId")

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gateway.events import Event, Text, ToolCall, ToolProgress, ToolResult, Usage
 from gateway.fronts.responses import ResponsesEncoder
@@ -26,6 +28,52 @@ from gateway.native import NativeApis, ResponsesEventsPipeline, RunEventsPipelin
 from gateway.sse import SSEDecoder, SSEEvent
 from tests.pipegen import StubLinks, run_sync
 
+#: the keys the stages read, and a few they must not
+KEYS = [
+    "type",
+    "event",
+    "item",
+    "id",
+    "name",
+    "call_id",
+    "arguments",
+    "output",
+    "delta",
+    "response",
+    "usage",
+    "status",
+    "tool",
+    "preview",
+    "duration",
+    "error",
+    "message",
+    "text",
+    "files_modified",
+    "resolved_path",
+    "item_id",
+    "gateway",
+    "content",
+]
+#: the event and item types the stages act on
+TYPES = [
+    "response.created",
+    "response.output_item.added",
+    "response.output_item.done",
+    "response.output_text.delta",
+    "response.function_call_arguments.delta",
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+    "function_call",
+    "function_call_output",
+    "message",
+    "tool.started",
+    "tool.completed",
+    "message.delta",
+    "run.completed",
+    "run.failed",
+    "run.cancelled",
+]
 RECORDED = Path(__file__).parent.parent.parent / "cassettes" / "recorded"
 HOST = "/tmp/hermes-recording"
 
@@ -222,3 +270,31 @@ async def test_capabilities_choose_the_relay() -> None:
     assert await auto.responses() and await auto.runs()
     assert not await NativeApis("chat", probe).runs()
     assert await NativeApis("native", probe).responses()
+
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=20)
+    | st.sampled_from([f"{HOST}/a.txt", "write_file", "run_1", "call_1", "../x", *TYPES]),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(KEYS), inner, max_size=5)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.dictionaries(st.sampled_from(KEYS), JSON, max_size=6), max_size=6))
+def test_any_event_an_upstream_sends_is_read_by_shape(objs: list[dict[str, Any]]) -> None:
+    """Any JSON objects as an agent's Responses or run events: no exception but the
+    stream's own error, and no byte of a host folder in what comes out."""
+    for stage in (ResponsesEventsPipeline(Links()), RunEventsPipeline(Links())):
+        events = [SSEEvent(json.dumps(o), event=str(o.get("type", ""))[:20]) for o in objs]
+        step = run_sync(stage.feed(events))
+        out = [repr(e) for e in step.events + run_sync(stage.finish(failed=step.error is not None))]
+        assert HOST not in json.dumps(out)
+        if step.error is not None:
+            assert HOST not in step.error.message
