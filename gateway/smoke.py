@@ -28,7 +28,9 @@ body and the client half, and imports no app code.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import secrets
 import time
@@ -86,23 +88,56 @@ def valid_nonce(value: object) -> str | None:
 
 
 def write_selftest_file(root: Path, nonce: str) -> Path:
-    """Write the self-test file under ``root`` (blocking); prune old ones."""
+    """Write the self-test file under ``root`` (blocking); prune old ones.
+
+    Nothing here follows a symlink: ``root`` must be its own real path, the folder is
+    opened with ``O_NOFOLLOW`` and every name in it is created, read and removed
+    relative to that open folder (the agent can make links in a principal's folder: a
+    link named like the test file, or the test folder itself, would otherwise make the
+    gateway write or delete wherever it points). OSError when it cannot be done so."""
     if valid_nonce(nonce) is None:
         raise ValueError("invalid nonce")
-    folder = Path(root) / SELFTEST_DIR
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    cutoff = time.time() - SELFTEST_KEEP_SECONDS
-    for old in folder.glob("artifact-gateway-selftest-*.txt"):
+    root = Path(root)
+    if os.path.realpath(root) != str(root):
+        raise OSError(f"the artifact root is reached through a link: {root.name}")
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder = root / SELFTEST_DIR
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder, 0o700)
+    dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        opened, there = os.fstat(dfd), os.stat(folder, follow_symlinks=False)
+        if (opened.st_dev, opened.st_ino) != (there.st_dev, there.st_ino) or os.path.realpath(
+            folder
+        ) != str(folder):
+            raise OSError("the self-test folder moved while it was opened")
+        _prune_selftests(dfd)
+        name = selftest_file_name(nonce)
+        tmp = f"{name}.{secrets.token_hex(8)}.tmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o600, dir_fd=dfd)
         try:
-            if old.stat().st_mtime < cutoff:
-                old.unlink()
+            os.write(fd, selftest_content(nonce))
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)  # replaces a link, never follows
+    finally:
+        os.close(dfd)
+    return folder / name
+
+
+def _prune_selftests(dfd: int) -> None:
+    """Remove the test folder's files older than :data:`SELFTEST_KEEP_SECONDS` (its own
+    names only; a link is removed as a link)."""
+    cutoff = time.time() - SELFTEST_KEEP_SECONDS
+    for entry in os.scandir(dfd):
+        if not entry.name.startswith("artifact-gateway-selftest-"):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                os.unlink(entry.name, dir_fd=dfd)
         except OSError:
             pass
-    path = folder / selftest_file_name(nonce)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(selftest_content(nonce))
-    tmp.replace(path)
-    return path
 
 
 def selftest_script(path: str, nonce: str) -> list[bytes]:
