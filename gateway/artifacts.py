@@ -141,7 +141,7 @@ class ArtifactService:
             config.artifacts.allow_hard_links if allow_hard_links is None else allow_hard_links
         )
         self._denied = DeniedNames(config.artifacts.denied)
-        self._homes = AgentHomes()
+        self._homes = AgentHomes([os.path.realpath(h) for h in config.artifacts.agent_homes])
         #: ``(owner, n)`` -> how many of n new links may be minted now (gateway.quotas)
         self.link_quota: Callable[[str, int], int] | None = None
 
@@ -207,7 +207,7 @@ class ArtifactService:
         if self._denied(rel_resolved) or self._denied(rel_written):
             log.debug("no link for %s: a denied location (artifacts.denied)", _shown(host))
             return None
-        if self._homes.denied(resolved):
+        if self._homes.denied(resolved, [root for root, _ in roots]):
             log.debug("no link for %s: an agent's own state (its home folder)", _shown(host))
             return None
         try:
@@ -374,7 +374,7 @@ class ArtifactService:
             resolved = os.path.realpath(rec.path)
             if not same or below_root(resolved, self._scopes.of(rec.owner)) is None:
                 raise changed
-            if self._homes.denied(resolved):
+            if self._homes.denied(resolved, [root for root, _ in self._scopes.of(rec.owner)]):
                 raise changed
             return fd
         except BaseException:

@@ -470,6 +470,11 @@ class ArtifactsConfig:
         DEFAULT_DENIED, "names inside the roots that never get a link (fnmatch patterns)"
     )
     mounts: tuple[Mount, ...] = setting((), "agent-visible prefixes mapped to host directories")
+    agent_homes: tuple[Path, ...] = setting(
+        (),
+        "agents' home folders (HERMES_HOME, each profile): nothing in them is an artifact; "
+        "homes named .hermes or holding Hermes's files are found without this",
+    )
 
     @staticmethod
     def _finish(values: dict[str, Any], given: Collection[str], prefix: str, ctx: Ctx) -> None:

@@ -186,12 +186,36 @@ def test_an_agents_state_is_never_an_artifact(tmp_path: Path, entry: str, where:
     assert svc.inspect(str(target), "alice") is None, target
 
 
-def test_a_folder_of_ones_own_in_an_agent_home_stays_allowed(tmp_path: Path) -> None:
+def test_everything_in_an_agent_home_is_denied_but_a_root_of_ones_own_in_it(
+    tmp_path: Path,
+) -> None:
+    """An allowlist: whatever Hermes keeps in its home (tomorrow's files too) is refused
+    when the root is the home; a root the operator put inside it (the agent's
+    workspace) is allowed, unless it is one of Hermes's own folders."""
     home = hermes_home(tmp_path / "profiles" / "alice")
-    svc = service(tmp_path, shared_roots=[str(home)])
-    assert svc.inspect(write(home / "workspace" / "report.md"), "alice") is not None
-    assert svc.inspect(write(home / "sessions" / "s1.json"), "alice") is None
-    assert svc.inspect(write(home / "auth.json"), "alice") is None
+    report = write(home / "workspace" / "report.md")
+    for name in ("sessions/s1.json", "auth.json", "future-token.json", "mcp-tokens/x.json"):
+        write(home / name)
+    whole = service(tmp_path, shared_roots=[str(home)])
+    for name in ("workspace/report.md", "sessions/s1.json", "auth.json", "future-token.json"):
+        assert whole.inspect(str(home / name), "alice") is None, name
+    own = service(tmp_path, shared_roots=[str(home / "workspace"), str(home / "sessions")])
+    assert own.inspect(report, "alice") is not None
+    assert own.inspect(str(home / "sessions" / "s1.json"), "alice") is None
+
+
+def test_a_home_can_be_declared(tmp_path: Path) -> None:
+    """A fresh home without Hermes's files yet, named otherwise: artifacts.agent_homes."""
+    home = tmp_path / "agent-home"
+    write(home / "logs" / "agent.log")
+    assert (
+        service(tmp_path, shared_roots=[str(home)]).inspect(
+            str(home / "logs" / "agent.log"), "alice"
+        )
+        is not None
+    )
+    declared = service(tmp_path, shared_roots=[str(home)], agent_homes=[str(home)])
+    assert declared.inspect(str(home / "logs" / "agent.log"), "alice") is None
 
 
 def test_the_dot_hermes_folder_is_denied_by_name(tmp_path: Path) -> None:
