@@ -194,8 +194,9 @@ class ArtifactService:
         written = os.path.normpath(host)
         try:
             resolved = os.path.realpath(host, strict=True)
+            resolved.encode("utf-8")  # a name that is not UTF-8 (surrogate escapes)
         except (OSError, RuntimeError, ValueError):  # ValueError: NUL or lone surrogate
-            log.debug("no link for %s: missing or unresolvable", _shown(host))
+            log.debug("no link for %s: missing, unresolvable or not UTF-8", _shown(host))
             return None
         rel_resolved = below_root(resolved, roots)
         if rel_resolved is None:
@@ -737,8 +738,9 @@ def etag(rec: ArtifactRecord) -> str:
 
 
 def _digits(text: str) -> bool:
-    """ASCII digits only: ``int()`` also takes "١٢", "+5", " 5" and "5_0"."""
-    return text.isascii() and text.isdigit()
+    """ASCII digits only, at most 19 of them (every file offset): ``int()`` also takes
+    "١٢", "+5", " 5" and "5_0", and refuses 4,300 digits or more (a 500 before)."""
+    return len(text) <= 19 and text.isascii() and text.isdigit()
 
 
 def parse_range(header: str | None, size: int) -> tuple[int, int] | bool | None:

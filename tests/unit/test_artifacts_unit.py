@@ -773,3 +773,22 @@ def test_denied_names_examples() -> None:
     assert not denied(())
     assert DeniedNames(["/"])(())  # no component: every path, as before
     assert not DeniedNames([])(("anything",))
+
+
+@pytest.mark.parametrize(
+    "header", ["bytes=" + "9" * 5000 + "-", "bytes=0-" + "9" * 5000, "bytes=-" + "9" * 5000]
+)
+def test_a_range_with_a_huge_number_is_ignored(header: str) -> None:
+    """int() refuses 4,300 digits and more (a 500 before, red team): no range then."""
+    assert parse_range(header, 100) is None
+
+
+async def test_a_file_whose_name_is_not_utf8_gets_no_link(svc: ArtifactService, root: Path) -> None:
+    """Its name cannot go into a link record or a manifest (the answer was cut off)."""
+    raw = os.fsencode(str(root)) + b"/\xff\xfename\xe9.txt"
+    with open(raw, "wb") as fh:
+        fh.write(b"x")
+    (root / "clean-name.txt").symlink_to(os.fsdecode(raw))
+    assert svc.inspect(str(root / "clean-name.txt"), "alice") is None
+    links = svc.for_response("alice", "private")
+    assert await links.resolve(str(root / "clean-name.txt")) is None
