@@ -545,6 +545,7 @@ class AuthConfig:
                     "share this key's links; rename the principal",
                 )
         proxies = [(i, k) for i, k in enumerate(keys) if k.role == "proxy"]
+        _check_owner_spaces(proxies, ctx)
         for i, entry in enumerate(keys):
             for j, proxy in proxies:
                 if i != j and entry.principal.startswith(proxy.owner_prefix):
@@ -554,6 +555,29 @@ class AuthConfig:
                         f"key auth.keys[{j}], so that proxy could act as this key's principal; "
                         "rename the principal or give the proxy key another owner_prefix",
                     )
+
+
+def _check_owner_spaces(proxies: list[tuple[int, KeyEntry]], ctx: Ctx) -> None:
+    """Two proxy keys' owner spaces are the same or apart; one that holds Open WebUI's
+    users (``openwebui:...``) without being theirs could act for any of them."""
+    for i, proxy in proxies:
+        space = proxy.owner_prefix
+        if space != OPENWEBUI_OWNER_PREFIX and OPENWEBUI_OWNER_PREFIX.startswith(space):
+            raise ctx.error(
+                f"auth.keys[{i}].owner_prefix",
+                f"{space!r} holds every Open WebUI user ({OPENWEBUI_OWNER_PREFIX}<id>), so this "
+                f"proxy could act for them; write {OPENWEBUI_OWNER_PREFIX!r} if it is Open "
+                "WebUI's proxy, or a prefix of its own",
+            )
+        for j, other in proxies:
+            if j > i and space != other.owner_prefix and (
+                space.startswith(other.owner_prefix) or other.owner_prefix.startswith(space)
+            ):
+                raise ctx.error(
+                    f"auth.keys[{j}].owner_prefix",
+                    f"{other.owner_prefix!r} overlaps {space!r} of auth.keys[{i}]: one proxy "
+                    "could act for the other's owners; give each its own prefix",
+                )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -955,3 +955,39 @@ def test_config_file_readable_by_others_with_secrets_is_warned(home: Path, tmp_p
     file.chmod(0o644)
     assert config_file_warning(file) is None
     assert config_file_warning(None) is None and config_file_warning(tmp_path / "none") is None
+
+
+@pytest.mark.parametrize(
+    ("prefixes", "key"),
+    [
+        (["open"], "auth.keys[0].owner_prefix"),
+        (["o"], "auth.keys[0].owner_prefix"),
+        (["slack:", "slack:x"], "auth.keys[1].owner_prefix"),
+        (["teams:x", "teams:"], "auth.keys[1].owner_prefix"),
+    ],
+)
+def test_proxy_owner_spaces_must_not_overlap(home: Path, prefixes: list[str], key: str) -> None:
+    """A proxy key whose prefix holds Open WebUI's users, or another proxy's owners,
+    could act for them (red team: owner_prefix = "open" read an Open WebUI user's link)."""
+    keys = [
+        {
+            "key": f"proxy-{i}-key-0123456789abcdef",
+            "principal": f"px{i}",
+            "role": "proxy",
+            "owner_prefix": p,
+        }
+        for i, p in enumerate(prefixes)
+    ]
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({"auth": {"keys": keys}})
+    assert info.value.key == key
+    same = [
+        {**keys[0], "owner_prefix": "openwebui:"},
+        {
+            **keys[-1],
+            "key": "proxy-9-key-0123456789abcdef",
+            "principal": "px9",
+            "owner_prefix": "openwebui:",
+        },
+    ]
+    assert len(config_from_dict({"auth": {"keys": same}}).auth.keys) == 2
