@@ -622,6 +622,11 @@ class ProxyConfig(_Listener):
     native_delivery: bool = setting(
         True, "upload artifacts into Open WebUI when a user session is forwarded"
     )
+    allow_anonymous: bool = setting(
+        False,
+        "serve chats that name no Open WebUI user (public links only) as one principal, "
+        "openwebui:anonymous: every such user shares its folder and its quota",
+    )
     session_checks_per_second: float = setting(
         2.0,
         "Open WebUI sessions not seen before that may be checked per second (bursts of 10); "

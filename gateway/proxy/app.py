@@ -176,8 +176,10 @@ def create_proxy_app(
         mode = requested_mode(body) or config.artifacts.default_link_mode
         if not stream:
             return await _background_task(ps, body, ident, mode)
-        if ident.owner is None and mode == "private":
-            raise RequestError(identity_hint(config), code="identity_required")
+        if ident.owner is None and (mode == "private" or not config.proxy.allow_anonymous):
+            # unknown users would all be one principal (openwebui:anonymous): one
+            # folder, one quota, for everyone, unless the operator says so
+            raise RequestError(identity_hint(config, mode), code="identity_required")
         return await _stream(ps, body, ident, mode)
 
     return app

@@ -121,19 +121,23 @@ def identify(headers: Any, config: Config) -> Identity:
     return Identity(None, "none")
 
 
-def identity_hint(config: Config) -> str:
+def identity_hint(config: Config, mode: str = "private") -> str:
     """What to configure so the proxy learns the user (the ``identity_required`` sentence)."""
+    what = (
+        "Private download links need"
+        if mode == "private"
+        else "Every user would be the same anonymous one (one folder and one quota for "
+        "all) unless proxy.allow_anonymous is set, so the gateway needs"
+    )
     if config.proxy.openwebui_jwt_secret:
         return (
-            "Private download links need to know the Open WebUI user: set Open WebUI's "
-            "FORWARD_USER_INFO_HEADER JWT secret to proxy.openwebui_jwt_secret (bare user "
-            "headers are not trusted while a secret is set), forward the user's session, "
-            "or ask for public links."
+            f"{what} to know the Open WebUI user: set Open WebUI's FORWARD_USER_INFO_HEADER "
+            "JWT secret to proxy.openwebui_jwt_secret (bare user headers are not trusted "
+            "while a secret is set), or forward the user's session."
         )
     return (
-        "Private download links need to know the Open WebUI user: enable "
-        "ENABLE_FORWARD_USER_INFO_HEADERS in Open WebUI (or a JWT secret, or session "
-        "forwarding), or ask for public links."
+        f"{what} to know the Open WebUI user: enable ENABLE_FORWARD_USER_INFO_HEADERS in "
+        "Open WebUI (or a JWT secret, or session forwarding)."
     )
 
 

@@ -517,9 +517,18 @@ async def test_link_mode_precedence(nursery: trio.Nursery, tmp_path: Path, defau
             assert ch.runs()[-1].link_mode == expected, label
 
 
-async def test_direct_api_client_metadata_public_without_identity(chain: Chain) -> None:
-    """A direct API client: only the client key, the mode under metadata.hermes; no Open
-    WebUI identity is needed for public links (owner openwebui:anonymous)."""
+async def test_direct_api_client_metadata_public_without_identity(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """A direct API client: only the client key, the mode under metadata.hermes; with
+    proxy.allow_anonymous no Open WebUI identity is needed for public links (owner
+    openwebui:anonymous); without it, refused."""
+    chain = await start_chain(nursery, tmp_path)
+    async with chain.proxy.client() as c:
+        refused = await c.post("/v1/chat/completions", json=hermes_body("public"))
+        assert (refused.status_code, error_of(refused)["code"]) == (400, "identity_required")
+        assert "allow_anonymous" in error_of(refused)["message"]
+    chain = await start_chain(nursery, tmp_path / "anon", proxy={"allow_anonymous": True})
     async with chain.proxy.client() as c:
         got = await owui_stream(c, hermes_body("public"), {})
     assert_owui_wire(got)
@@ -744,13 +753,22 @@ async def test_bad_input_headers_mode(chain: Chain) -> None:
         for body in (owui_body(mode="shared"), hermes_body("everyone"), owui_body(mode="PUBLIC")):
             resp = await post(body, owui_headers())
             assert (resp.status_code, error_of(resp)["code"]) == (400, "invalid_download_link_mode")
-        # no identity: private (explicit or by default) is refused, public works
+        # no identity: refused, private or public (everyone would be one principal:
+        # one folder, one quota), unless proxy.allow_anonymous (then public works)
         for body in (owui_body(), owui_body(mode="private"), hermes_body("private")):
             resp = await post(body, owui_headers(user_id=None))
             err = error_of(resp)
             assert (resp.status_code, err["code"]) == (400, "identity_required")
             assert "ENABLE_FORWARD_USER_INFO_HEADERS" in err["message"]
+        resp = await post(owui_body(mode="public"), owui_headers(user_id=None))
+        assert (resp.status_code, error_of(resp)["code"]) == (400, "identity_required")
+        assert "allow_anonymous" in error_of(resp)["message"]
         assert chain.runs() == []
+
+
+async def test_anonymous_users_only_when_allowed(nursery: trio.Nursery, tmp_path: Path) -> None:
+    chain = await start_chain(nursery, tmp_path, proxy={"allow_anonymous": True})
+    async with chain.proxy.client(key=None) as c:
         got = await owui_stream(c, owui_body(mode="public"), owui_headers(user_id=None))
         assert got.status == 200, got.text
         artifacts = got.manifest["artifacts"]
