@@ -22,9 +22,11 @@ bounded (:meth:`OpenWebUI.verify`):
 * verified sessions and refusals are two caches with their own bounds: a verified one is
   answered from memory for ``proxy.session_cache_seconds``, a refusal for at most 5 s,
   and a flood of refused tokens cannot push a verified session out;
-* checks of a token not verified before take a token from one bucket
-  (``proxy.session_checks_per_second``, bursts of :data:`CHECK_BURST`); an empty bucket
-  answers 429 ``too_many_session_checks`` with ``Retry-After``. A session verified
+* checks of a token not verified before take a token from the caller's bucket (one per
+  client address: ``proxy.session_checks_per_second``, bursts of :data:`CHECK_BURST`)
+  and from one of all clients together (:data:`ALL_CLIENTS` times that, Open WebUI's
+  own bound); an empty bucket answers 429 ``too_many_session_checks`` with
+  ``Retry-After``: a flood from one address locks out that address, not the others. A session verified
   within :data:`KNOWN_SECONDS` is checked again without the bucket: a flood delays only
   sessions never seen;
 * concurrent checks of one token share one call to Open WebUI.
@@ -57,6 +59,10 @@ REFUSED_ENTRIES = 10_000
 KNOWN_SECONDS = 86400.0
 #: checks of sessions never seen that may come at once (then the per-second rate)
 CHECK_BURST = 10
+#: the check rate of all clients together, in per-client rates
+ALL_CLIENTS = 20
+#: client addresses whose buckets are kept (the least recent forgotten)
+CLIENT_ENTRIES = 4096
 #: what an Open WebUI token looks like: a JWT (three base64url parts) or an API key
 _TOKEN_SHAPE = re.compile(
     r"sk-[A-Za-z0-9_-]{1,200}|[A-Za-z0-9_=-]+\.[A-Za-z0-9_=-]+\.[A-Za-z0-9_=-]*"
@@ -165,7 +171,11 @@ class OpenWebUI:
         self._verified: OrderedDict[bytes, _Verified] = OrderedDict()
         self._refused: OrderedDict[bytes, float] = OrderedDict()
         self._flights: dict[bytes, _Flight] = {}
-        self._bucket = _Bucket(checks_per_second, CHECK_BURST, clock)
+        self._rate = checks_per_second
+        #: one bucket per client address (a flood from one locks out that one only), and
+        #: one for all of them at ALL_CLIENTS times the rate (Open WebUI's own bound)
+        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+        self._bucket = _Bucket(checks_per_second * ALL_CLIENTS, CHECK_BURST * ALL_CLIENTS, clock)
         #: calls made to Open WebUI to check a session (a metric for tests and operators)
         self.checks = 0
 
@@ -213,9 +223,20 @@ class OpenWebUI:
             return True, None, False
         return False, None, hit is not None and hit.known_until >= now
 
-    async def verify(self, token: str) -> OpenWebUIUser | None:
+    def _take(self, client: str) -> float:
+        """A check of an unknown session from ``client``: 0, or the seconds to wait."""
+        bucket = self._buckets.get(client)
+        if bucket is None:
+            bucket = self._buckets[client] = _Bucket(self._rate, CHECK_BURST, self._clock)
+            while len(self._buckets) > CLIENT_ENTRIES:
+                self._buckets.popitem(last=False)
+        self._buckets.move_to_end(client)
+        return bucket.take() or self._bucket.take()
+
+    async def verify(self, token: str, client: str = "") -> OpenWebUIUser | None:
         """The user of a session token, or None when Open WebUI refuses it (or it cannot
-        be one); Throttled (429) when too many unknown sessions are being checked."""
+        be one); Throttled (429) when ``client`` (the caller's address) checks too many
+        unknown sessions, or all clients together do."""
         if not token or len(token) > 8192 or not _TOKEN_SHAPE.fullmatch(token):
             return None
         key = hashlib.sha256(token.encode()).digest()
@@ -227,9 +248,9 @@ class OpenWebUI:
             await flight.done.wait()
             if flight.error is not None:
                 raise flight.error
-            return flight.user if flight.finished else await self.verify(token)
+            return flight.user if flight.finished else await self.verify(token, client)
         if not known:
-            wait = self._bucket.take()
+            wait = self._take(client)
             if wait:
                 raise Throttled(
                     "Too many Open WebUI sessions are being checked right now; open the "

@@ -145,7 +145,8 @@ def create_proxy_app(
         if token is not None and hashlib.sha256(token.encode()).digest() in client_keys:
             return None
         if token is not None and ps.openwebui is not None:
-            user = await ps.openwebui.verify(token)
+            client = request.scope.get("client")
+            user = await ps.openwebui.verify(token, str(client[0]) if client else "")
             if user is not None:
                 who = owner_for_user(user.id)
                 return Identity(who, "session", user.email, user.name, token=token)

@@ -88,6 +88,12 @@ def browser_errors(
     return wrapped
 
 
+def _client_address() -> str:
+    """The caller's address (its throttle bucket for session checks)."""
+    client = request.scope.get("client")
+    return str(client[0]) if client else ""
+
+
 async def owner() -> str:
     """The principal of this request: a gateway key, else an Open WebUI session."""
     st = current()
@@ -97,7 +103,7 @@ async def owner() -> str:
     session = token or request.cookies.get("token")
     if not session:
         return authenticate().owner  # 401 missing_api_key, with the usual hint
-    user = await st.openwebui.verify(session)
+    user = await st.openwebui.verify(session, _client_address())
     if user is None:
         raise AuthError(
             "Neither a key of this gateway nor a valid Open WebUI session; sign in to Open "
