@@ -570,8 +570,10 @@ def _check_owner_spaces(proxies: list[tuple[int, KeyEntry]], ctx: Ctx) -> None:
                 "WebUI's proxy, or a prefix of its own",
             )
         for j, other in proxies:
-            if j > i and space != other.owner_prefix and (
-                space.startswith(other.owner_prefix) or other.owner_prefix.startswith(space)
+            if (
+                j > i
+                and space != other.owner_prefix
+                and (space.startswith(other.owner_prefix) or other.owner_prefix.startswith(space))
             ):
                 raise ctx.error(
                     f"auth.keys[{j}].owner_prefix",

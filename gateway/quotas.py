@@ -9,8 +9,9 @@ PostgreSQL enforce one limit together and a refusal never touches another princi
   served; :class:`gateway.runs.Runs`); beyond both, 429 ``run_quota_exceeded``;
 * **stored bytes** (stored responses, sessions, run journals): a request that would
   store more while the principal is at ``max_stored_bytes`` gets 429
-  ``storage_quota_exceeded`` (checked before it starts: a request admitted below the
-  limit may end above it by its own size);
+  ``storage_quota_exceeded``. Admitting one reserves its input's bytes until it ends,
+  so requests admitted at once (on one instance) count each other: one request's own
+  size is all a principal can end above the limit by (per instance);
 * **links minted per minute** (``links_per_minute``, fixed one-minute windows): a path
   over the quota becomes its file name, like any path that gets no link
   (:meth:`Quotas.take_links`, called where links are minted); an owner's ``POST
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import trio
 
@@ -61,6 +63,15 @@ class Quotas:
         self._runs_seconds = config.retention.runs_seconds
         self._reaper_seconds = config.retention.reaper_interval_seconds
         self._clock = clock
+        #: bytes admitted requests of each owner will store, until they end (this process)
+        self._pending: dict[str, int] = {}
+
+    def _release(self, owner: str, size: int) -> None:
+        left = self._pending.get(owner, 0) - size
+        if left > 0:
+            self._pending[owner] = left
+        else:
+            self._pending.pop(owner, None)
 
     # -- links (blocking: called from the minting worker thread) ------------------------
 
@@ -105,12 +116,19 @@ class Quotas:
 
     # -- stored bytes -----------------------------------------------------------------------
 
-    async def check_storage(self, owner: str) -> None:
-        """Refuse a request that would store something while ``owner`` is at its limit."""
+    async def check_storage(self, owner: str, size: int = 1, cleanup: Any = None) -> None:
+        """Admit a request that will store about ``size`` bytes (its input) for
+        ``owner`` while what it stores and what the requests admitted before it (still
+        running here) will store stays below the limit; refuse it otherwise. The bytes
+        stay reserved until ``cleanup`` (the request's) runs its callbacks."""
         now = self._clock()
         usage = await trio.to_thread.run_sync(self.store.stored_usage, owner, now)
         limit = self.limits.max_stored_bytes
-        if usage.bytes < limit:
+        if usage.bytes + self._pending.get(owner, 0) < limit:
+            if cleanup is not None:
+                want = max(1, size)
+                self._pending[owner] = self._pending.get(owner, 0) + want
+                cleanup.callback(self._release, owner, want)
             return
         raise QuotaExceeded(
             f"You store {usage.bytes / MiB:.1f} MiB of responses, sessions and run journals, "

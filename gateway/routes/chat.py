@@ -27,7 +27,7 @@ from gateway.routes._common import (
     pipeline_body,
     to_response,
 )
-from gateway.sessions import session_id_from
+from gateway.sessions import message_bytes, session_id_from
 from gateway.state import GatewayState, current
 
 bp = Blueprint("chat", __name__)
@@ -51,7 +51,8 @@ async def chat_reply(st: GatewayState, req: Incoming) -> Reply:
     new_messages: list[dict[str, Any]] = list(b["messages"])
     history: list[dict[str, Any]] = []
     if sid is not None:  # the session stores the turn
-        await st.quotas.check_storage(caller.owner)
+        size = sum(map(message_bytes, new_messages))
+        await st.quotas.check_storage(caller.owner, size, req.scope["gateway.cleanup"])
         history = await st.sessions.history(caller.owner, sid)
     messages = await prepare_messages(st, caller.owner, [*history, *new_messages])
     ubody = upstream_chat_body({**b, "messages": messages}, pid)

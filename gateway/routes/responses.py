@@ -165,7 +165,8 @@ async def create_response() -> Response:
         raise RequestError("'background' must be true or false.", code="invalid_request")
     mode = effective_link_mode(caller, b, st.config.artifacts.default_link_mode)
     if _stores(b, background) or request.headers.get("X-Session-Id") is not None:
-        await st.quotas.check_storage(caller.owner)
+        size = sum(map(message_bytes, new))
+        await st.quotas.check_storage(caller.owner, size, request.scope["gateway.cleanup"])  # type: ignore[typeddict-item]
     if await st.native.responses():  # the agent's own Responses API
         return await _native(st, caller, b, new, mode, stream, background)
     history = await _history(st, caller.owner, b)

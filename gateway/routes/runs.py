@@ -16,7 +16,7 @@ from gateway.pipeline import ChatPipeline, LinkResolver
 from gateway.routes._common import authenticate, body, relay_response
 from gateway.routes._native import NativeRun, native_run_body, runs_pipeline
 from gateway.runs import new_run_id
-from gateway.sessions import session_id_from
+from gateway.sessions import message_bytes, session_id_from
 from gateway.state import GatewayState, current
 from gateway.store import RunRecord
 from gateway.upstream import StreamResponse
@@ -94,7 +94,9 @@ async def start_run() -> Response:
     new = run_messages(b)
     mode = effective_link_mode(caller, b, st.config.artifacts.default_link_mode)
     sid = session_id_from(request.headers.get("X-Session-Id"), b)
-    await st.quotas.check_storage(caller.owner)  # a run's journal is stored
+    # a run's journal is stored: its input's bytes are reserved
+    size = sum(map(message_bytes, new))
+    await st.quotas.check_storage(caller.owner, size, request.scope["gateway.cleanup"])  # type: ignore[typeddict-item]
     history = await st.sessions.history(caller.owner, sid) if sid is not None else []
     pid = st.signer.principal_id(caller.owner)
     rec = st.runs.record(new_run_id(), caller.owner, "run", model, mode)

@@ -19,6 +19,7 @@ from gateway.errors import ConfigError
 from gateway.store.base import (
     INTERRUPTED_ERROR,
     LINK_MODES,
+    LINK_RECORD_BYTES,
     RUN_ACTIVE_STATUSES,
     RUN_FINISHED_STATUSES,
     RUNS_CHANNEL,
@@ -43,6 +44,7 @@ __all__ = [
     "EXPECTED_VERSION",
     "INTERRUPTED_ERROR",
     "LINK_MODES",
+    "LINK_RECORD_BYTES",
     "MIGRATIONS",
     "RUNS_CHANNEL",
     "RUN_ACTIVE_STATUSES",

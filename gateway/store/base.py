@@ -158,10 +158,16 @@ class QuotaTake(NamedTuple):
     resets_at: float  # when the window ends (unix seconds)
 
 
+#: what one link record counts toward its owner's stored bytes (its row, about)
+LINK_RECORD_BYTES = 256
+
+
 class StoredUsage(NamedTuple):
     """What one owner stores (:meth:`Store.stored_usage`)."""
 
-    bytes: int  # unexpired documents (sessions, stored responses) and run journal events
+    #: unexpired documents (sessions, stored responses), run journal events, and link
+    #: records (:data:`LINK_RECORD_BYTES` each)
+    bytes: int
     next_expiry: float | None  # the earliest expiry of one of its documents
     oldest_finished: float | None  # when its oldest finished run (still kept) ended
 
@@ -407,10 +413,18 @@ class Store(Protocol):
     # -- quotas -------------------------------------------------------------------------
 
     def take_quota(
-        self, owner: str, kind: str, limit: int, window: int, n: int = 1, now: float | None = None
+        self,
+        owner: str,
+        kind: str,
+        limit: int,
+        window: int,
+        n: int = 1,
+        now: float | None = None,
+        whole: bool = False,
     ) -> QuotaTake:
         """Count up to ``n`` units of ``kind`` for ``owner`` in the current fixed window of
-        ``window`` seconds, as many as keep the window's count at most ``limit``."""
+        ``window`` seconds, as many as keep the window's count at most ``limit`` (``whole``:
+        all ``n`` or none)."""
         ...
 
     def stored_usage(self, owner: str, now: float | None = None) -> StoredUsage:

@@ -752,7 +752,14 @@ class SQLStore(Store, Generic[C]):
     # -- quotas ----------------------------------------------------------------------------
 
     def take_quota(
-        self, owner: str, kind: str, limit: int, window: int, n: int = 1, now: float | None = None
+        self,
+        owner: str,
+        kind: str,
+        limit: int,
+        window: int,
+        n: int = 1,
+        now: float | None = None,
+        whole: bool = False,
     ) -> base.QuotaTake:
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError("window is a positive int (seconds)")
@@ -776,6 +783,8 @@ class SQLStore(Store, Generic[C]):
                 ).fetchone()[0]
             )
             granted = max(0, min(n, limit - used))
+            if whole and granted < n:
+                granted = 0
             if granted:
                 c.execute(q("UPDATE quota_counters SET used = used + ?" + where), (granted, *key))
             return granted, used + granted
@@ -790,11 +799,12 @@ class SQLStore(Store, Generic[C]):
             f"SELECT (SELECT COALESCE(SUM(value_bytes), 0) FROM documents WHERE {live}),"
             " (SELECT COALESCE(SUM(event_bytes), 0) FROM runs WHERE owner = ?),"
             " (SELECT MIN(expires) FROM documents WHERE owner = ? AND expires > ?),"
-            " (SELECT MIN(finished_at) FROM runs WHERE owner = ? AND finished_at IS NOT NULL)",
-            (owner, at, owner, owner, at, owner),
+            " (SELECT MIN(finished_at) FROM runs WHERE owner = ? AND finished_at IS NOT NULL),"
+            " (SELECT COUNT(*) FROM artifacts WHERE owner = ?)",
+            (owner, at, owner, owner, at, owner, owner),
         )
         return base.StoredUsage(
-            int(row[0]) + int(row[1]),
+            int(row[0]) + int(row[1]) + int(row[4]) * base.LINK_RECORD_BYTES,
             None if row[2] is None else float(row[2]),
             None if row[3] is None else float(row[3]),
         )

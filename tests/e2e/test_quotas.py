@@ -454,3 +454,27 @@ def test_quota_refusal_retry_after_is_whole_seconds() -> None:
     assert QuotaExceeded("x.", code="c", retry_after=0.2).retry_after == 1
     assert QuotaExceeded("x.", code="c", retry_after=59.01).retry_after == 60
     assert QuotaExceeded("x.", code="c", retry_after=-5).retry_after == 1
+
+
+async def test_requests_admitted_at_once_count_each_other(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """Twenty 300 kB requests at once against a 1 MiB store: those admitted while the
+    others run reserve their bytes, so the principal ends above the limit by one
+    request at most (red team: all twenty were admitted, 17 times the limit)."""
+    chain = await start_chain(nursery, tmp_path, quotas={"max_stored_bytes": 1 << 20})
+    gw = chain.gateway
+    big = "w" * 300_000
+    statuses: list[int] = []
+
+    async def one() -> None:
+        async with gw.client(ALICE_KEY) as alice:
+            r = await alice.post("/v1/responses", json={"model": "demo", "input": big})
+            statuses.append(r.status_code)
+
+    async with trio.open_nursery() as n:
+        for _ in range(20):
+            n.start_soon(one)
+    assert sorted(set(statuses)) == [200, 429]
+    stored = gw.app.gateway.store.stored_usage("alice").bytes
+    assert stored <= (1 << 20) + 400_000, stored

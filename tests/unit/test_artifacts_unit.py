@@ -786,8 +786,7 @@ def test_a_range_with_a_huge_number_is_ignored(header: str) -> None:
 async def test_a_file_whose_name_is_not_utf8_gets_no_link(svc: ArtifactService, root: Path) -> None:
     """Its name cannot go into a link record or a manifest (the answer was cut off)."""
     raw = os.fsencode(str(root)) + b"/\xff\xfename\xe9.txt"
-    with open(raw, "wb") as fh:
-        fh.write(b"x")
+    Path(os.fsdecode(raw)).write_bytes(b"x")
     (root / "clean-name.txt").symlink_to(os.fsdecode(raw))
     assert svc.inspect(str(root / "clean-name.txt"), "alice") is None
     links = svc.for_response("alice", "private")

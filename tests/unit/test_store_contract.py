@@ -23,6 +23,7 @@ import pytest
 from gateway.store import (
     EXPECTED_VERSION,
     INTERRUPTED_ERROR,
+    LINK_RECORD_BYTES,
     ArtifactRecord,
     LeaseLost,
     QuotaTake,
@@ -792,3 +793,12 @@ def test_claim_run_slot_first_come_first_served(store: Store) -> None:
         store.claim_run_slot("q2", "B", 2)
     with pytest.raises(LeaseLost):
         store.claim_run_slot("unknown", "A", 2)
+
+
+def test_link_records_count_toward_stored_bytes(store: Store) -> None:
+    """A principal's links are stored too (red team: shares made rows without bound)."""
+    before = store.stored_usage("alice", T).bytes
+    for i in range(3):
+        store.create_artifact(make_record(f"art{i:020d}"))
+    assert store.stored_usage("alice", T).bytes == before + 3 * LINK_RECORD_BYTES
+    assert store.stored_usage("bob", T).bytes == 0
