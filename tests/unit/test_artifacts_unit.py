@@ -783,11 +783,15 @@ def test_a_range_with_a_huge_number_is_ignored(header: str) -> None:
     assert parse_range(header, 100) is None
 
 
-async def test_a_file_whose_name_is_not_utf8_gets_no_link(svc: ArtifactService, root: Path) -> None:
-    """Its name cannot go into a link record or a manifest (the answer was cut off)."""
+def write_non_utf8(root: Path) -> Path:
     raw = os.fsencode(str(root)) + b"/\xff\xfename\xe9.txt"
     Path(os.fsdecode(raw)).write_bytes(b"x")
     (root / "clean-name.txt").symlink_to(os.fsdecode(raw))
-    assert svc.inspect(str(root / "clean-name.txt"), "alice") is None
-    links = svc.for_response("alice", "private")
-    assert await links.resolve(str(root / "clean-name.txt")) is None
+    return root / "clean-name.txt"
+
+
+async def test_a_file_whose_name_is_not_utf8_gets_no_link(svc: ArtifactService, root: Path) -> None:
+    """Its name cannot go into a link record or a manifest (the answer was cut off)."""
+    link = write_non_utf8(root)
+    assert svc.inspect(str(link), "alice") is None
+    assert await svc.for_response("alice", "private").resolve(str(link)) is None
