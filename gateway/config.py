@@ -485,12 +485,18 @@ class ArtifactsConfig:
             )
         for i, root in enumerate(values["roots"]):
             _check_scope_root(root, f"{prefix}.roots[{i}]", ctx)
-        for name in ("shared_roots",):
-            for i, root in enumerate(values[name]):
+        for i, root in enumerate(values["shared_roots"]):
+            if PRINCIPAL_PLACEHOLDER in str(root):
+                raise ctx.error(
+                    f"{prefix}.shared_roots[{i}]",
+                    f"is shared: {PRINCIPAL_PLACEHOLDER} belongs in roots",
+                )
+        for i, scope in enumerate(values["scopes"]):
+            for j, root in enumerate(scope.roots):
                 if PRINCIPAL_PLACEHOLDER in str(root):
                     raise ctx.error(
-                        f"{prefix}.{name}[{i}]",
-                        f"is shared: {PRINCIPAL_PLACEHOLDER} belongs in roots",
+                        f"{prefix}.scopes[{i}].roots[{j}]",
+                        f"is {scope.principal}'s own: write its folder, not {PRINCIPAL_PLACEHOLDER}",
                     )
 
 

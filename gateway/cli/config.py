@@ -156,7 +156,7 @@ def role_warnings(cfg: Config, role: str) -> list[str]:
             f"listens on {bind_host}: links will not open on other machines; set the "
             "address clients use"
         )
-    return out + _root_warnings(cfg)
+    return out + _root_warnings(cfg) + _scope_warnings(cfg)
 
 
 def _root_warnings(cfg: Config) -> list[str]:
@@ -210,6 +210,36 @@ def config_warnings(loaded: LoadedConfig) -> list[str]:
     if proxy_configured(cfg):
         out += [w for w in role_warnings(cfg, "proxy") if w not in out]
     return out + list(loaded.notes)
+
+
+def _scope_warnings(cfg: Config) -> list[str]:
+    """A principal's folders that hold others' ({principal} folders below them), and
+    principals that differ only in letter case (one folder on a case-blind disk)."""
+    arts, out = cfg.artifacts, []
+    parents = [
+        str(r).split(PRINCIPAL_PLACEHOLDER, 1)[0].rstrip("/")
+        for r in arts.roots
+        if PRINCIPAL_PLACEHOLDER in str(r)
+    ]
+    for i, scope in enumerate(arts.scopes):
+        for j, root in enumerate(scope.roots):
+            mine = str(root).rstrip("/") + "/"
+            if any((p + "/").startswith(mine) for p in parents):
+                out.append(
+                    f"artifacts.scopes[{i}].roots[{j}] ({root}) holds every principal's "
+                    f"{PRINCIPAL_PLACEHOLDER} folder: {scope.principal} can get links to the "
+                    "others' files"
+                )
+    seen: dict[str, str] = {}
+    for key in cfg.auth.keys:
+        low = key.principal.lower()
+        if low in seen and seen[low] != key.principal:
+            out.append(
+                f"principals {seen[low]!r} and {key.principal!r} differ only in letter case: "
+                f"on a case-blind file system they share one {PRINCIPAL_PLACEHOLDER} folder"
+            )
+        seen.setdefault(low, key.principal)
+    return out
 
 
 def _url_host(url: str) -> str:

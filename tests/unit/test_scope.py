@@ -232,3 +232,29 @@ def test_a_home_that_appears_later_is_seen_after_the_cache_time() -> None:
     assert not homes.denied("/nonexistent-zq/sessions/a.json")
     now[0] += 100
     assert not homes.denied("/nonexistent-zq/sessions/a.json")
+
+
+def test_config_cases_the_red_team_found(tmp_path: Path) -> None:
+    """{principal} in a scope root is refused; a scope root above everyone's folders and
+    principals that differ only in case are warned about."""
+    from gateway.cli.config import config_warnings
+    from gateway.config import inspect_config
+
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(
+            {"artifacts": {"scopes": [{"principal": "bob", "roots": ["/srv/{principal}"]}]}}
+        )
+    assert info.value.key == "artifacts.scopes[0].roots[0]"
+    users = tmp_path / "users"
+    data = {
+        "artifacts": {
+            "roots": [str(users / "{principal}")],
+            "scopes": [{"principal": "bob", "roots": [str(users)]}],
+        },
+        "auth": {
+            "keys": [ALICE, BOB, {**BOB, "key": "bob2-key-0123456789abcdefg", "principal": "Bob"}]
+        },
+    }
+    text = " ".join(config_warnings(inspect_config(data)))
+    assert "holds every principal's {principal} folder" in text
+    assert "differ only in letter case" in text
