@@ -23,14 +23,14 @@ from gateway.native import NativeApis
 from gateway.openwebui import OpenWebUI
 from gateway.pipeline import ChatPipeline, LinkResolver, PipelineSettings
 from gateway.quotas import Quotas
-from gateway.relay import RelayOptions
+from gateway.stream.relay import RelayOptions
 from gateway.rewrite import rewrite
 from gateway.runs import Runs
 from gateway.sessions import Sessions
 from gateway.signing import Signer
 from gateway.store import Store
 from gateway.upstream import Upstream
-from gateway.web import ServiceApp
+from gateway.http.asgi import ServiceApp
 
 __all__ = ["GatewayApp", "GatewayState", "current", "extra_roots", "make_scrub"]
 

@@ -1,6 +1,6 @@
 """``POST /v1/chat/completions``: the chat relay, streamed or not.
 
-Served without quart (:mod:`gateway.lean`, registered by :func:`gateway.app.create_app`);
+Served without quart (:mod:`gateway.http.direct`, registered by :func:`gateway.app.create_app`);
 the quart route answers the same through the same :func:`chat_reply` (quart's test
 client, and any way in that is not the gateway's own connection class).
 """
@@ -19,7 +19,7 @@ from gateway.fronts.chat import (
     validate_chat_body,
 )
 from gateway.history import prepare_messages
-from gateway.lean import Incoming, JSONReply, Reply, StreamReply
+from gateway.http.direct import Incoming, JSONReply, Reply, StreamReply
 from gateway.routes._common import (
     QuartIncoming,
     authenticate_from,

@@ -36,7 +36,7 @@ from gateway.fronts.responses import (
 )
 from gateway.history import prepare_messages
 from gateway.pipeline import ChatPipeline
-from gateway.relay import Relay, drain_outputs
+from gateway.stream.relay import Relay, drain_outputs
 from gateway.routes._common import (
     authenticate,
     body,
@@ -57,7 +57,7 @@ from gateway.sources import SSESource
 from gateway.state import GatewayState, current
 from gateway.store import INTERRUPTED_ERROR, RunRecord, Store
 from gateway.upstream import StreamResponse
-from gateway.web import json_response, sse_response
+from gateway.http.replies import json_response, sse_response
 
 bp = Blueprint("responses", __name__)
 ROUTE = "/v1/responses"

@@ -20,7 +20,7 @@ from gateway.sessions import session_id_from
 from gateway.state import GatewayState, current
 from gateway.store import RunRecord
 from gateway.upstream import StreamResponse
-from gateway.web import json_response
+from gateway.http.replies import json_response
 
 bp = Blueprint("runs", __name__)
 ROUTE = "/v1/runs"
