@@ -54,15 +54,8 @@ from urllib.parse import unquote
 import h11
 import trio
 
-from gateway.http.exchange import (
-    H11,
-    Answer,
-    Exchange,
-    Plain,
-    date_field,
-    error_body,
-)
-from gateway.http.h1 import parse_head
+from gateway.http.exchange import H11, Answer, Exchange, Plain, date_field, error_answer
+from gateway.http.h1 import parse_head, response_head
 
 __all__ = [
     "DISCARD_LIMIT",
@@ -154,29 +147,11 @@ def canned_response(
     status: int, code: str, message: str, *, retry_after: int | None = None
 ) -> bytes:
     """A complete HTTP/1.1 error answer with the gateway's JSON error body, closing."""
-    body = error_body(code, message)
-    reason = _REASONS.get(status, "")
-    head = [
-        f"HTTP/1.1 {status} {reason}",
-        "content-type: application/json",
-        f"content-length: {len(body)}",
-        "connection: close",
-    ]
+    fields, body = error_answer(code, message)
     if retry_after is not None:
-        head.append(f"retry-after: {retry_after}")
-    date = date_field()[1].decode()
-    return ("\r\n".join([*head, f"date: {date}"]) + "\r\n\r\n").encode() + body
-
-
-_REASONS = {
-    400: "Bad Request",
-    404: "Not Found",
-    408: "Request Timeout",
-    431: "Request Header Fields Too Large",
-    501: "Not Implemented",
-    503: "Service Unavailable",
-    505: "HTTP Version Not Supported",
-}
+        fields.append((b"retry-after", b"%d" % retry_after))
+    head, _ = response_head(status, [*fields, date_field()], close=True)
+    return head + body
 
 
 def unreadable_response(status: int) -> bytes:

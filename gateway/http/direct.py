@@ -115,7 +115,7 @@ class ScopeHeaders:
 
     def forget(self) -> None:
         """Drop the index (built again on the next look-up): a request whose answer
-        streams for minutes need not hold it (~1 KiB per open stream)."""
+        streams for minutes need not hold it)."""
         self._index = None
 
     def getlist(self, key: str, /) -> list[str]:

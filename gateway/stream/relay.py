@@ -2,8 +2,8 @@
 
 ``async with Relay(source, stage, front, opts) as outputs: async for out in outputs``
 is how a response body is sent (Quart sends a body as ``async with body as it: async
-for chunk in it``, see :class:`gateway.http.replies.ChannelBody`) and how a background run is
-journaled. The parts:
+for chunk in it``, see :class:`gateway.http.replies.ChannelBody`) and how a background
+run is journaled. The parts:
 
 * a **source** yields what one read brought (:mod:`gateway.sources`: the upstream's
   SSE events, a run's journal, the gateway's run events seen from the proxy), ``None``
@@ -16,34 +16,30 @@ journaled. The parts:
   or ``cancel``, whose output is the stream's last write.
 
 Entering the relay first does, in the consuming task, what needs no wait: the front's
-start and every item a source with a ``read_nowait`` already holds (the lean upstream
-client's bytes that came with the response head). A stream that ends there (a short
-answer) is queued whole, with no task, nursery or scheduler round.
+start and every item a source with a ``read_nowait`` already holds. A stream that ends
+there (a short answer) is queued whole, with no task or nursery.
 
 A **pull-safe** source (``pull_safe``, ``interrupt()``: a waiting read can be woken
-having taken nothing; the lean upstream client's) is then read by the consumer
-itself, one read each time its queue is empty: read, feed, encode, return; no
-producer task, nursery, event or hand-over per event (a held stream is one task, not
-two; a paced event one scheduler step, not two), and no cancel scope per read:
-:meth:`Relay.stop`, the timeouts and a keep-alive interrupt the read only while it
-waits (the stream then goes on, or its terminal is written); what one read brought is
-one output, as with the producer.
+having taken nothing) is then read by the consumer itself, one read each time its
+queue is empty: read, feed, encode, return; no producer task, and no cancel scope per
+read: :meth:`Relay.stop`, the timeouts and a keep-alive interrupt the read only while
+it waits (the stream then goes on, or its terminal is written); what one read brought
+is one output, as with the producer.
 
-Any other source: entering
-opens a nursery in the task that consumes it (see STACK-NOTES: never yield from inside
-a nursery in a body generator; a context manager entered and exited by the sending
-task is safe). One producer task reads, feeds the stage, encodes
-and queues the output without a checkpoint while there is room (``send_nowait``), so
+Any other source: entering opens a nursery in the task that consumes it (see
+STACK-NOTES: never yield from inside a nursery in a body generator; a context manager
+entered and exited by the sending task is safe). One producer task reads, feeds the
+stage, encodes and queues the output without a checkpoint while there is room, so
 everything that arrived in one socket read leaves in one write; the consumer joins
-what is already queued and never waits for more, so nothing is delayed. The stream's
-one timer (an entry in the run's :mod:`gateway.streamclock`, which also watches the
-drain: no task of its own) queues a keep-alive only after
-``keepalive_seconds`` of real silence; silence longer than ``idle_timeout_seconds``
-(``first_byte_seconds`` before the first item) ends the stream with
-``upstream_timeout``; the consumer waits without a deadline (no timer per item). A drain, an idle timeout or :meth:`Relay.stop` cancels a
-pending read at once; stage work under way is never interrupted. Every exit path
-writes a terminal output; the consumer leaving (client gone) cancels the producer and
-closes the source.
+what is already queued and never waits for more, so nothing is delayed.
+
+The stream's one timer (an entry in the run's :mod:`gateway.stream.clock`, which also
+watches the drain) queues a keep-alive only after ``keepalive_seconds`` of real
+silence; silence longer than ``idle_timeout_seconds`` (``first_byte_seconds`` before
+the first item) ends the stream with ``upstream_timeout``; the consumer waits without
+a deadline. A drain, an idle timeout or :meth:`Relay.stop` cancels a pending read at
+once; stage work under way is never interrupted. Every exit path writes a terminal
+output; the consumer leaving (client gone) cancels the producer and closes the source.
 """
 
 from __future__ import annotations
@@ -354,8 +350,8 @@ class Relay(Generic[In, Ev, Out]):
 
     async def _pull_once(self) -> None:
         """The producer's loop, one read at a time, in the consuming task (pull mode):
-        read, feed, queue; or the terminal. No cancel scope per read (≈ a fifth of a
-        paced event's cost): :meth:`stop` and a keep-alive wake a read that waits with
+        read, feed, queue; or the terminal. No cancel scope per read: :meth:`stop` and
+        a keep-alive wake a read that waits with
         the source's ``interrupt()``, and that read raises :class:`trio.WouldBlock`
         having taken nothing."""
         try:
@@ -485,8 +481,8 @@ class Relay(Generic[In, Ev, Out]):
             self._begin()
 
     async def _loop(self) -> None:
-        # One cancel scope for many reads (a scope per read cost as much as the rest
-        # of a read): stop() cancels it only while a read is pending (``_reading``), so
+        # One cancel scope for many reads (not one per read: docs/benchmarks.md, round
+        # 6): stop() cancels it only while a read is pending (``_reading``), so
         # stage work is never interrupted; an item that came back from a read the
         # scope was cancelled under is handled outside it.
         while True:

@@ -230,3 +230,30 @@ async def test_a_thousand_connections_at_once_are_all_answered(nursery: trio.Nur
     assert all(a.startswith(b"HTTP/1.1 200 ") and a.endswith(b"ok") for a in answers)
     await wait_until(lambda: policy.open == 0)
     assert policy.refused == 0 and policy.contained == 0
+
+
+async def test_a_failure_in_one_connection_stays_in_it(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Any exception in a connection's handling closes that connection only: counted,
+    one warning line, and the server serves the next connection (stock hypercorn ended
+    the whole server on anything but an OSError)."""
+    policy = ConnectionPolicy()
+    port = await _serve(nursery, policy, streaming_app())
+    real_begin = Connection._begin
+
+    def broken(self: Connection) -> None:
+        if b"X-Break" in self.buffer:
+            raise RuntimeError("a bug in the handler")
+        real_begin(self)
+
+    monkeypatch.setattr(Connection, "_begin", broken)
+    o = await trio.to_thread.run_sync(
+        run_case, Case("t", "t", [b"GET /health HTTP/1.1\r\nHost: h\r\nX-Break: 1\r\n\r\n"]), port
+    )
+    assert o.statuses == [] and o.end in ("eof", "rst")
+    assert policy.contained == 1
+    assert "a connection failed and was closed (contained: RuntimeError" in caplog.text
+    last = HEALTH.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")
+    o = await trio.to_thread.run_sync(run_case, Case("t", "t", [last]), port)
+    assert o.statuses == [200]
