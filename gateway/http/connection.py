@@ -332,12 +332,17 @@ class Connection:
             self._process()
             if self.closed:
                 return
-            if self._put is not None and self.exchange is not None:
+            exchange = self.exchange
+            if self._put is not None:
                 (data, more), self._put = self._put, None
-                await self.exchange.put(data, more)  # the app is behind: no read deadline
+                if exchange is not None:  # (none: answered meanwhile, the piece is dropped)
+                    await exchange.put(data, more)  # the app is behind: no read deadline
                 continue
-            if self.phase is Phase.ANSWER and self.exchange is not None and self._pending():
-                await self.exchange.wait_finished()  # a request queued behind the answer
+            if self.phase is Phase.ANSWER and self._pending():
+                if exchange is None or exchange.finished:  # (an answer's end moves on)
+                    self._close_now()
+                    return
+                await exchange.wait_finished()  # a request queued behind the answer
                 continue
             with trio.CancelScope(deadline=self._deadline()) as scope:
                 self._scope = scope

@@ -16,6 +16,7 @@ import pytest
 import trio
 import trio.testing
 from hypercorn.config import Config
+from quart import request
 from quart_trio import QuartTrio
 
 from gateway.http import connection
@@ -39,6 +40,10 @@ def streaming_app(total: int = 1 << 20, piece: int = 65536, pause: float = 0.0) 
     @app.post("/")
     async def refuse() -> tuple[str, int]:
         return "no", 401
+
+    @app.post("/echo")
+    async def echo() -> bytes:
+        return await request.get_data(as_text=False)
 
     @app.get("/stream")
     async def stream() -> Any:
@@ -257,3 +262,29 @@ async def test_a_failure_in_one_connection_stays_in_it(
     last = HEALTH.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")
     o = await trio.to_thread.run_sync(run_case, Case("t", "t", [last]), port)
     assert o.statuses == [200]
+
+
+async def test_a_client_that_expects_100_continue_gets_it_when_the_body_is_read(
+    nursery: trio.Nursery,
+) -> None:
+    """``Expect: 100-continue``: the client waits; ``100 Continue`` comes when the app
+    reads the body, then the body is read and answered on the same connection."""
+    port = await _serve(nursery, ConnectionPolicy(), streaming_app())
+
+    def expecting() -> tuple[bytes, bytes]:
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(
+                b"POST /echo HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n"
+                b"Expect: 100-continue\r\nConnection: close\r\n\r\n"
+            )
+            s.settimeout(5)
+            first = s.recv(100)
+            s.sendall(b"hello")
+            rest = b""
+            while chunk := s.recv(65536):
+                rest += chunk
+            return first, rest
+
+    first, rest = await trio.to_thread.run_sync(expecting)
+    assert first == b"HTTP/1.1 100 \r\n\r\n"
+    assert rest.startswith(b"HTTP/1.1 200 ") and rest.endswith(b"hello")
