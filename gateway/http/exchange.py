@@ -339,10 +339,10 @@ class Exchange:
 
     async def _body(self, body: bytes, more: bool) -> None:
         framing = self.framing
-        if self._head is not None:
-            head, self._head = self._head, None
+        if self._head is not None:  # (a head that cannot be sent leaves it held: a 500)
+            data = framing.head(self.status, self._head, self.close) + framing.data(body)
+            self._head = None
             self.answer = Answer.SENDING
-            data = framing.head(self.status, head, self.close) + framing.data(body)
         else:
             data = framing.data(body)
         if not more:
