@@ -35,8 +35,8 @@ from gateway.fronts.responses import (
     validate_responses_body,
 )
 from gateway.history import prepare_messages
+from gateway.http.replies import json_response, sse_response
 from gateway.pipeline import ChatPipeline
-from gateway.stream.relay import Relay, drain_outputs
 from gateway.routes._common import (
     authenticate,
     body,
@@ -56,8 +56,8 @@ from gateway.shapes import check_id
 from gateway.sources import SSESource
 from gateway.state import GatewayState, current
 from gateway.store import INTERRUPTED_ERROR, RunRecord, Store
+from gateway.stream.relay import Relay, drain_outputs
 from gateway.upstream import StreamResponse
-from gateway.http.replies import json_response, sse_response
 
 bp = Blueprint("responses", __name__)
 ROUTE = "/v1/responses"

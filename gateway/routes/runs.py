@@ -12,6 +12,7 @@ from gateway.auth import effective_link_mode
 from gateway.errors import RequestError
 from gateway.fronts.runs import RunEncoder, run_messages, upstream_run_body
 from gateway.history import prepare_messages
+from gateway.http.replies import json_response
 from gateway.pipeline import ChatPipeline, LinkResolver
 from gateway.routes._common import authenticate, body, relay_response
 from gateway.routes._native import NativeRun, native_run_body, runs_pipeline
@@ -20,7 +21,6 @@ from gateway.sessions import session_id_from
 from gateway.state import GatewayState, current
 from gateway.store import RunRecord
 from gateway.upstream import StreamResponse
-from gateway.http.replies import json_response
 
 bp = Blueprint("runs", __name__)
 ROUTE = "/v1/runs"
