@@ -1,7 +1,7 @@
 """The API server: state + blueprints (``gateway run``).
 
 The routes live in :mod:`gateway.routes` (one blueprint per resource), the shared HTTP
-plumbing in :mod:`gateway.web`, the state in :mod:`gateway.state`. Every error leaves
+plumbing in :mod:`gateway.http`, the state in :mod:`gateway.state`. Every error leaves
 as JSON ``{"error": {"message", "type", "code"}}`` with a stable code; no stack trace
 ever reaches a client.
 """
@@ -19,7 +19,8 @@ import trio
 from gateway.artifacts import ArtifactService
 from gateway.auth import Authenticator
 from gateway.config import Config
-from gateway.lean import lean_route
+from gateway.http.asgi import install_common
+from gateway.http.direct import direct_route
 from gateway.native import NativeApis
 from gateway.openwebui import OpenWebUI
 from gateway.pipeline import PipelineSettings
@@ -34,7 +35,6 @@ from gateway.signing import Signer
 from gateway.state import GatewayApp, GatewayState, extra_roots, make_scrub
 from gateway.store import Store, open_configured_store
 from gateway.upstream import Upstream
-from gateway.web import install_common
 
 __all__ = ["create_app"]
 
@@ -129,10 +129,10 @@ def create_app(
     app.on_request = on_request
     for bp in blueprints():
         app.register_blueprint(bp)
-    # the hot routes, served without quart's request and response (gateway.lean)
-    app.lean_routes = {
-        ("POST", chat.ROUTE): lean_route(chat.ROUTE, chat.chat_reply),
-        ("GET", "/health"): lean_route("/health", health.health_reply),
+    # the hot routes, served without quart's request and response (gateway.http.direct)
+    app.direct_routes = {
+        ("POST", chat.ROUTE): direct_route(chat.ROUTE, chat.chat_reply),
+        ("GET", "/health"): direct_route("/health", health.health_reply),
     }
 
     services = trio.CancelScope()

@@ -132,8 +132,8 @@ def serve_demo(*, port: int = 8642, upstream_port: int = 9000, proxy_port: int =
 
     from gateway.app import create_app
     from gateway.demo_upstream import create_demo_upstream_app
+    from gateway.http.serve import run_until_signalled
     from gateway.proxy import create_proxy_app
-    from gateway.server import run_until_signalled
 
     base = Path(tempfile.mkdtemp(prefix="artifact-gateway-demo-"))
     try:
@@ -174,8 +174,9 @@ def serve_demo(*, port: int = 8642, upstream_port: int = 9000, proxy_port: int =
 
 def run(args: argparse.Namespace) -> int:
     """``gateway demo`` with parsed options: logging, then :func:`serve_demo`."""
+    from gateway.http.seam import UnsupportedServer
+    from gateway.http.serve import find_bind_error
     from gateway.logs import configure_logging
-    from gateway.server import find_bind_error
 
     try:
         names = ("GATEWAY_LOG_FORMAT", "GATEWAY_LOG_LEVEL")
@@ -188,6 +189,9 @@ def run(args: argparse.Namespace) -> int:
         return serve_demo(
             port=args.port, upstream_port=args.upstream_port, proxy_port=args.proxy_port
         )
+    except UnsupportedServer as exc:
+        print(f"gateway: cannot serve: {exc}", file=sys.stderr, flush=True)
+        return 1
     except BaseException as exc:
         bind_err = find_bind_error(exc)
         if bind_err is None:

@@ -10,7 +10,7 @@ calls, ``/models``, and event streams of any method and path (``/responses``,
   ``wait_writable`` (a read that finds bytes there costs no scheduler round), a TLS one
   through ``trio.SSLStream`` with :func:`gateway.trust.verify_context`'s trust;
 * the request head is written by hand from validated fields, head and body in one write;
-* the response head is read by :func:`gateway.h1lean.parse_response_head` when it is
+* the response head is read by :func:`gateway.http.h1.parse_response_head` when it is
   plain and whole in the first read (a strict subset of h11's grammar with h11's
   results), else by ``h11.Connection(our_role=h11.CLIENT)``, which refuses what is
   wrong with it; the body's framing (chunked in bulk by
@@ -66,8 +66,8 @@ import trio
 from gateway import __version__
 from gateway.chunked import ChunkedDecoder, ChunkedError
 from gateway.errors import GatewayError, Overloaded, UpstreamError
-from gateway.h1lean import ResponseHead, parse_response_head
-from gateway.streamclock import clock
+from gateway.http.h1 import ResponseHead, parse_response_head
+from gateway.stream.clock import clock
 from gateway.trust import verify_context
 
 __all__ = [
@@ -1076,7 +1076,7 @@ class HTTPClient:
         self, conn: _Conn, fresh: bool, key: str, url: str, method: bytes, deadline: float
     ) -> Response:
         """The answer's head: a plain one whole in the first read without h11
-        (:func:`~gateway.h1lean.parse_response_head`), any other by h11."""
+        (:func:`~gateway.http.h1.parse_response_head`), any other by h11."""
         buf = b""
         while True:
             try:

@@ -3,7 +3,7 @@
 :func:`configure_logging` installs one handler on the root logger (stderr). Every line
 names the process that wrote it: ``gateway`` (the API server), ``proxy`` (the runs
 proxy), ``upstream`` (the demo upstream). ``gateway demo`` serves all three apps in one
-OS process, so the name is not the process's: :func:`gateway.server.serve_app` runs
+OS process, so the name is not the process's: :func:`gateway.http.serve.serve_app` runs
 each app inside :func:`tagged` with :func:`app_tag`, a context variable that every task
 of that server inherits; a line written outside any server (signals, start-up) carries
 the name given to :func:`configure_logging`.

@@ -1,7 +1,7 @@
 """Background runs: a stream that outlives the request that started it, journaled.
 
 A run executes in the app's service-level nursery (quart-trio's lifespan nursery), not
-in a request's. It is one :class:`~gateway.relay.Relay` whose consumer, instead of a
+in a request's. It is one :class:`~gateway.stream.relay.Relay` whose consumer, instead of a
 client, is the run's **journal** in the store: every batch of run events is appended
 (sequence numbers 1, 2, …) *before* anyone can read it, and the run bus
 (:mod:`gateway.runbus`) wakes the followers. ``GET /v1/runs/{id}/events`` is another
@@ -50,11 +50,11 @@ from gateway.fronts.runs import run_sse
 from gateway.pipeline import ChatPipeline
 from gateway.quotas import run_quota_exceeded
 from gateway.reaper import keep_lease
-from gateway.relay import CANCELLED, Relay, RelayOptions
 from gateway.runbus import RunBus, follow_events
 from gateway.sources import SSESource
 from gateway.sse import encode_comment
 from gateway.store import LeaseLost, RunRecord, Store, StoreError
+from gateway.stream.relay import CANCELLED, Relay, RelayOptions
 from gateway.upstream import StreamResponse
 
 __all__ = ["TERMINALS", "JournalSource", "Runs", "new_run_id"]

@@ -18,19 +18,19 @@ from quart import current_app
 from gateway.artifacts import ArtifactService, NameOnly
 from gateway.auth import Authenticator
 from gateway.config import Config, extra_roots
+from gateway.http.asgi import ServiceApp
 from gateway.metrics import Metrics
 from gateway.native import NativeApis
 from gateway.openwebui import OpenWebUI
 from gateway.pipeline import ChatPipeline, LinkResolver, PipelineSettings
 from gateway.quotas import Quotas
-from gateway.relay import RelayOptions
 from gateway.rewrite import rewrite
 from gateway.runs import Runs
 from gateway.sessions import Sessions
 from gateway.signing import Signer
 from gateway.store import Store
+from gateway.stream.relay import RelayOptions
 from gateway.upstream import Upstream
-from gateway.web import ServiceApp
 
 __all__ = ["GatewayApp", "GatewayState", "current", "extra_roots", "make_scrub"]
 

@@ -4,7 +4,7 @@
                                         [--rate 4000] [--timeout 600]
 
 Three processes besides this one's client: the demo upstream (served by
-:func:`gateway.server.run_until_signalled`, so it has the same backlog and descriptor
+:func:`gateway.http.serve.run_until_signalled`, so it has the same backlog and descriptor
 limit as the gateway), and ``gateway run`` with a throw-away config. The client is
 this process: raw non-blocking sockets on one ``selectors`` loop, no HTTP library. It
 opens ``--streams`` connections at ``--rate`` per second, each sending one
@@ -379,7 +379,7 @@ def _upstream_main(port: int, root: Path) -> int:
     import trio
 
     from gateway.demo_upstream import create_demo_upstream_app
-    from gateway.server import run_until_signalled
+    from gateway.http.serve import run_until_signalled
 
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s"

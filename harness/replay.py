@@ -45,8 +45,8 @@ import httpx
 import trio
 
 from gateway.config import Config, config_from_dict, scope_roots_for_detection
+from gateway.http.serve import serve_app
 from gateway.rewrite import StreamRewriter
-from gateway.server import serve_app
 from gateway.sse import SSEDecoder
 from harness import timeline
 from harness.cassette import Cassette

@@ -31,9 +31,9 @@ import trio
 from gateway.app import create_app
 from gateway.config import Config, config_from_dict
 from gateway.demo_upstream import DemoUpstreamApp, create_demo_upstream_app, serve_demo_upstream
+from gateway.http.serve import serve_app
 from gateway.pipeline import PipelineSettings
 from gateway.proxy import create_proxy_app
-from gateway.server import serve_app
 from gateway.store import Store, open_store
 from harness.pgcluster import PgCluster, PgUnavailable
 

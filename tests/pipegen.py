@@ -1,5 +1,5 @@
 """Whole-pipeline generation and checks: upstream SSE bodies of any shape, a driver
-that runs them the way :class:`gateway.relay.Relay` does, and the output allowlists.
+that runs them the way :class:`gateway.stream.relay.Relay` does, and the output allowlists.
 
 Reusable by any test::
 
@@ -76,10 +76,10 @@ from gateway.errors import Draining, GatewayError, UpstreamError
 from gateway.events import TEXT_CHANNELS, Event, Meta, Text, ToolCall
 from gateway.paths import file_name
 from gateway.pipeline import CLIENT_KEYS, ChatPipeline, PipelineSettings
-from gateway.relay import CANCELLED, Relay, RelayOptions
 from gateway.shapes import FINISH_REASONS, ROLES
 from gateway.sources import SSESource
 from gateway.sse import UNPAIRED
+from gateway.stream.relay import CANCELLED, Relay, RelayOptions
 from tests import pathgen
 
 T = TypeVar("T")

@@ -126,12 +126,12 @@ def _fit_connections(cfg: Any) -> Any:
     the example writes it) is lowered to the streams the hard descriptor limit holds (2
     each): a default start neither warns nor promises more than the host gives. Another
     value is kept, and warned about at start when the limit cannot hold it
-    (gateway.connections)."""
+    (gateway.http.serve)."""
     import dataclasses
     import resource
 
     from gateway.config import ServerConfig
-    from gateway.connections import FD_RESERVE, FDS_PER_STREAM
+    from gateway.http.serve import FD_RESERVE, FDS_PER_STREAM
 
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     default = ServerConfig().max_connections
@@ -189,8 +189,15 @@ def _serve_proxy(cfg: Any) -> int:
 
 
 def _serve_apps(cfg: Any, what: str, apps: list[tuple[Any, str, trio.Event | None]]) -> int:
-    """Serve until signalled (see :mod:`gateway.server`); a bind failure is one clear line."""
-    from gateway.server import find_bind_error, run_until_signalled
+    """Serve until signalled (see :mod:`gateway.http.serve`); a bind failure is one clear line."""
+    from gateway.http.seam import UnsupportedServer, check
+    from gateway.http.serve import find_bind_error, run_until_signalled
+
+    try:
+        check()  # a hypercorn the connection handler does not know: refused, one line
+    except UnsupportedServer as exc:
+        err(f"cannot serve: {exc}")
+        return 1
 
     def ready(urls: list[list[str]]) -> None:
         log.info("%s %s listening on %s (pid %d)", what, __version__, urls[0][0], os.getpid())

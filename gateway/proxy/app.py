@@ -36,25 +36,24 @@ from gateway.config import Config, extra_roots
 from gateway.errors import AuthError, GatewayError, RequestError, UpstreamError
 from gateway.fronts.chat import SAMPLING_KEYS, validate_chat_body
 from gateway.fronts.openwebui import OpenWebUIEncoder, ends_with_note
-from gateway.openwebui import ANONYMOUS, OpenWebUI, owner_for_user
-from gateway.proxy.delivery import Delivery
-from gateway.proxy.health import GatewayHealth, install_operator_routes
-from gateway.proxy.identity import Identity, identify, identity_hint, requested_mode
-from gateway.proxy.stream import RemoteRunSource, RunEventStage, gateway_error
-from gateway.relay import Relay, RelayOptions
-from gateway.rewrite import rewrite, scrub_identifier
-from gateway.shapes import check_id, check_usage, loads_bounded
-from gateway.upstream import new_client
-from gateway.web import (
+from gateway.http.asgi import ServiceApp, install_common
+from gateway.http.replies import (
     ChannelBody,
-    ServiceApp,
     bearer_token,
-    install_common,
     json_body,
     json_response,
     max_json_depth,
     sse_response,
 )
+from gateway.openwebui import ANONYMOUS, OpenWebUI, owner_for_user
+from gateway.proxy.delivery import Delivery
+from gateway.proxy.health import GatewayHealth, install_operator_routes
+from gateway.proxy.identity import Identity, identify, identity_hint, requested_mode
+from gateway.proxy.stream import RemoteRunSource, RunEventStage, gateway_error
+from gateway.rewrite import rewrite, scrub_identifier
+from gateway.shapes import check_id, check_usage, loads_bounded
+from gateway.stream.relay import Relay, RelayOptions
+from gateway.upstream import new_client
 
 __all__ = ["ProxyApp", "ProxyState", "create_proxy_app"]
 

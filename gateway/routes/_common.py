@@ -1,8 +1,8 @@
 """What the API server's routes share: who is asking, the upstream stream, the SSE reply.
 
-A handler that is also served without quart (:mod:`gateway.lean`) reads its request
-through :class:`gateway.lean.Incoming`; :class:`QuartIncoming` is quart's request
-seen that way, :func:`to_response` turns its :data:`gateway.lean.Reply` into quart's.
+A handler that is also served without quart (:mod:`gateway.http.direct`) reads its
+request through :class:`gateway.http.direct.Incoming`; :class:`QuartIncoming` is quart's request
+seen that way, :func:`to_response` turns its :data:`gateway.http.direct.Reply` into quart's.
 """
 
 from __future__ import annotations
@@ -16,20 +16,20 @@ from quart import Response, request
 
 from gateway.auth import Caller
 from gateway.errors import GatewayError
-from gateway.lean import Incoming, Reply, StreamReply
-from gateway.pipeline import ChatPipeline
-from gateway.relay import Front, OnOutcome, Relay
-from gateway.sources import SSESource
-from gateway.state import GatewayState, current
-from gateway.upstream import StreamResponse, close_quietly, metric_code
-from gateway.web import (
+from gateway.http.asgi import cleanup_stack
+from gateway.http.direct import Incoming, Reply, StreamReply
+from gateway.http.replies import (
     ChannelBody,
-    Cleanup,
     json_body,
     json_response,
     max_json_depth,
     sse_response,
 )
+from gateway.pipeline import ChatPipeline
+from gateway.sources import SSESource
+from gateway.state import GatewayState, current
+from gateway.stream.relay import Front, OnOutcome, Relay
+from gateway.upstream import StreamResponse, close_quietly, metric_code
 
 __all__ = [
     "QuartIncoming",
@@ -46,7 +46,7 @@ __all__ = [
 
 
 class QuartIncoming(Incoming):
-    """quart's current request, as a handler of :mod:`gateway.lean` reads it."""
+    """quart's current request, as a handler of :mod:`gateway.http.direct` reads it."""
 
     def __init__(self) -> None:
         self.headers = request.headers
@@ -99,11 +99,7 @@ async def open_stream(
         raise
     st.metrics.first_byte.observe(time.perf_counter() - t0)
     scope: Any = req.scope if req is not None else request.scope
-    stack: Cleanup = scope["gateway.cleanup"]
-    # (partials, not lambdas: an open stream holds them)
-    stack.push_async_callback(
-        close_quietly, resp, done=functools.partial(getattr, resp, "is_closed")
-    )
+    cleanup_stack(scope).push_async_callback(close_quietly, resp)
     return resp
 
 
@@ -138,7 +134,7 @@ def pipeline_body(
     on_outcome: OnOutcome | None = None,
 ) -> ChannelBody:
     """Relay an upstream stream through ``pipeline`` to ``front`` (an SSE body);
-    ``on_outcome``: the relay's (:class:`gateway.relay.RelayOptions`)."""
+    ``on_outcome``: the relay's (:class:`gateway.stream.relay.RelayOptions`)."""
     held = [0]
 
     def on_held(chars: int) -> None:

@@ -23,11 +23,11 @@ from gateway.errors import GatewayError, NotFound, RunInterrupted, UpstreamError
 from gateway.fronts.runs import RunEncoder
 from gateway.native import ResponsesEventsPipeline, RunEventsPipeline
 from gateway.pipeline import LinkResolver
-from gateway.relay import CANCELLED
 from gateway.shapes import check_id
 from gateway.sse import SSEEvent
 from gateway.state import GatewayState
 from gateway.store import RunRecord
+from gateway.stream.relay import CANCELLED
 from gateway.upstream import StreamResponse
 
 __all__ = [

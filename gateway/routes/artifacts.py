@@ -35,6 +35,8 @@ from gateway.artifacts import (
     parse_range,
 )
 from gateway.errors import AuthError, GatewayError, NotFound
+from gateway.http.asgi import cleanup_stack
+from gateway.http.replies import bearer_token, error_response, json_response
 from gateway.openwebui import owner_for_user
 from gateway.pages import (
     download_link,
@@ -46,7 +48,6 @@ from gateway.pages import (
 from gateway.routes._common import authenticate
 from gateway.state import GatewayState, current
 from gateway.store import ArtifactRecord
-from gateway.web import bearer_token, cleanup_stack, error_response, json_response
 
 bp = Blueprint("artifacts", __name__)
 

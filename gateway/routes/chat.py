@@ -1,6 +1,6 @@
 """``POST /v1/chat/completions``: the chat relay, streamed or not.
 
-Served without quart (:mod:`gateway.lean`, registered by :func:`gateway.app.create_app`);
+Served without quart (:mod:`gateway.http.direct`, registered by :func:`gateway.app.create_app`);
 the quart route answers the same through the same :func:`chat_reply` (quart's test
 client, and any way in that is not the gateway's own connection class).
 """
@@ -19,7 +19,8 @@ from gateway.fronts.chat import (
     validate_chat_body,
 )
 from gateway.history import prepare_messages
-from gateway.lean import Incoming, JSONReply, Reply, StreamReply
+from gateway.http.asgi import cleanup_stack
+from gateway.http.direct import Incoming, JSONReply, Reply, StreamReply
 from gateway.routes._common import (
     QuartIncoming,
     authenticate_from,
@@ -52,7 +53,7 @@ async def chat_reply(st: GatewayState, req: Incoming) -> Reply:
     history: list[dict[str, Any]] = []
     if sid is not None:  # the session stores the turn
         size = sum(map(message_bytes, new_messages))
-        await st.quotas.check_storage(caller.owner, size, req.scope["gateway.cleanup"])
+        await st.quotas.check_storage(caller.owner, size, cleanup_stack(req.scope))
         history = await st.sessions.history(caller.owner, sid)
     messages = await prepare_messages(st, caller.owner, [*history, *new_messages])
     ubody = upstream_chat_body({**b, "messages": messages}, pid)

@@ -6,17 +6,17 @@ import trio
 from quart import Blueprint, Response
 
 from gateway import __version__
-from gateway.lean import Incoming, JSONReply, Reply
+from gateway.http.direct import Incoming, JSONReply, Reply
+from gateway.http.replies import json_response
 from gateway.metrics import CONTENT_TYPE
 from gateway.routes._common import QuartIncoming, authenticate, to_response
 from gateway.state import GatewayState, current
-from gateway.web import json_response
 
 bp = Blueprint("health", __name__)
 
 
 async def health_reply(st: GatewayState, req: Incoming) -> Reply:
-    """Served without quart (gateway.lean); the quart route answers the same."""
+    """Served without quart (gateway.http.direct); the quart route answers the same."""
     return JSONReply({"status": "ok", "version": __version__})
 
 

@@ -35,8 +35,9 @@ from gateway.fronts.responses import (
     validate_responses_body,
 )
 from gateway.history import prepare_messages
+from gateway.http.asgi import cleanup_stack
+from gateway.http.replies import json_response, sse_response
 from gateway.pipeline import ChatPipeline
-from gateway.relay import Relay, drain_outputs
 from gateway.routes._common import (
     authenticate,
     body,
@@ -56,8 +57,8 @@ from gateway.shapes import check_id
 from gateway.sources import SSESource
 from gateway.state import GatewayState, current
 from gateway.store import INTERRUPTED_ERROR, RunRecord, Store
+from gateway.stream.relay import Relay, drain_outputs
 from gateway.upstream import StreamResponse
-from gateway.web import json_response, sse_response
 
 bp = Blueprint("responses", __name__)
 ROUTE = "/v1/responses"
@@ -166,7 +167,7 @@ async def create_response() -> Response:
     mode = effective_link_mode(caller, b, st.config.artifacts.default_link_mode)
     if _stores(b, background) or request.headers.get("X-Session-Id") is not None:
         size = sum(map(message_bytes, new))
-        await st.quotas.check_storage(caller.owner, size, request.scope["gateway.cleanup"])  # type: ignore[typeddict-item]
+        await st.quotas.check_storage(caller.owner, size, cleanup_stack(request.scope))
     if await st.native.responses():  # the agent's own Responses API
         return await _native(st, caller, b, new, mode, stream, background)
     history = await _history(st, caller.owner, b)

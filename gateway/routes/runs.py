@@ -12,6 +12,8 @@ from gateway.auth import effective_link_mode
 from gateway.errors import RequestError
 from gateway.fronts.runs import RunEncoder, run_messages, upstream_run_body
 from gateway.history import prepare_messages
+from gateway.http.asgi import cleanup_stack
+from gateway.http.replies import json_response
 from gateway.pipeline import ChatPipeline, LinkResolver
 from gateway.routes._common import authenticate, body, relay_response
 from gateway.routes._native import NativeRun, native_run_body, runs_pipeline
@@ -20,7 +22,6 @@ from gateway.sessions import message_bytes, session_id_from
 from gateway.state import GatewayState, current
 from gateway.store import RunRecord
 from gateway.upstream import StreamResponse
-from gateway.web import json_response
 
 bp = Blueprint("runs", __name__)
 ROUTE = "/v1/runs"
@@ -96,7 +97,7 @@ async def start_run() -> Response:
     sid = session_id_from(request.headers.get("X-Session-Id"), b)
     # a run's journal is stored: its input's bytes are reserved
     size = sum(map(message_bytes, new))
-    await st.quotas.check_storage(caller.owner, size, request.scope["gateway.cleanup"])  # type: ignore[typeddict-item]
+    await st.quotas.check_storage(caller.owner, size, cleanup_stack(request.scope))
     history = await st.sessions.history(caller.owner, sid) if sid is not None else []
     pid = st.signer.principal_id(caller.owner)
     rec = st.runs.record(new_run_id(), caller.owner, "run", model, mode)

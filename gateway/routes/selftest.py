@@ -13,7 +13,6 @@ from quart import Blueprint, Response
 from gateway.auth import effective_link_mode
 from gateway.errors import GatewayError, RequestError
 from gateway.fronts.chat import ChatEncoder
-from gateway.relay import Relay
 from gateway.routes._common import authenticate, body, relay_response
 from gateway.smoke import (
     SELFTEST_ROUTE,
@@ -24,6 +23,7 @@ from gateway.smoke import (
 )
 from gateway.sources import SSESource
 from gateway.state import current
+from gateway.stream.relay import Relay
 
 bp = Blueprint("selftest", __name__)
 

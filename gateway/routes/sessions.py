@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from quart import Blueprint, Response
 
+from gateway.http.replies import json_response
 from gateway.routes._common import authenticate
 from gateway.state import current
-from gateway.web import json_response
 
 bp = Blueprint("sessions", __name__)
 

@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
         "instructions", help="gateway instructions per request under callgrind (noise-free)"
     )
     ins.add_argument("--requests", type=int, default=200, help="requests per figure")
+    tr = sub.add_parser("traced", help="Python objects per open stream (tracemalloc)")
+    tr.add_argument("--streams", type=int, default=200, help="streams held open")
     lk = sub.add_parser("links", help="link minting cost and download throughput")
     lk.add_argument("--files", type=int, default=2000, help="distinct files to mint links for")
     lk.add_argument("--mb", type=int, default=50, help="size of the downloaded file")
@@ -62,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         from harness.bench.instructions import main as instructions_main
 
         return instructions_main(args.requests)
+    if args.what == "traced":
+        from harness.bench.traced import main as traced_main
+
+        return traced_main(args.streams)
     if args.what == "store":
         from harness.bench.store import main as store_main
 

@@ -138,7 +138,7 @@ async def _download_figures(tmp: Path, big: Path, repeat: int) -> tuple[list[flo
     import trio
 
     from gateway.app import create_app
-    from gateway.server import serve_app
+    from gateway.http.serve import serve_app
 
     app = create_app(_links_config(tmp))
     state: Any = app.gateway

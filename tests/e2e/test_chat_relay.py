@@ -771,9 +771,9 @@ async def test_client_disconnect_closes_upstream(
 
 
 def _of_a_stream(task_name: str) -> bool:
-    """A task that relays a stream: the request's own (the lean path's exchange, which
-    reads a pull-safe upstream itself) or a relay's producer."""
-    return "gateway.relay" in task_name or "gateway.exchange" in task_name
+    """A task that relays a stream: the request's own (its exchange's, which reads a
+    pull-safe upstream itself) or a relay's producer."""
+    return "gateway.stream.relay" in task_name or "gateway.http.exchange" in task_name
 
 
 async def test_keepalive_comments_and_sdk(
@@ -813,14 +813,14 @@ async def test_stream_outlives_response_timeout_config(
     """Fast proof that Quart's RESPONSE_TIMEOUT (60 s) cannot cut a stream: the app's
     default is None, and even with a 0.3 s app-wide timeout a 1 s stream completes,
     because stream responses carry ``timeout = None`` themselves (quart's way; the
-    lean route has no response timeout at all)."""
+    direct route has no response timeout at all)."""
     timeouts: list[Any] = []
 
     def customize(app: Any) -> None:
         assert app.config["RESPONSE_TIMEOUT"] is None
         app.config["RESPONSE_TIMEOUT"] = 0.3
         if way == "quart":
-            app.lean_routes = {}
+            app.direct_routes = {}
 
         @app.after_request
         async def _record(response: Any) -> Any:

@@ -26,7 +26,7 @@ def _largest_alive_in_the_gateway() -> int:
     """The largest live allocation made while the gateway served (the test's client and
     the demo upstream run in this process too: their copies are theirs)."""
     snap = tracemalloc.take_snapshot()
-    serving = ("gateway/exchange.py", "gateway/connections.py")
+    serving = ("gateway/http/exchange.py", "gateway/http/connection.py")
     sizes = [
         t.size
         for t in snap.traces
@@ -164,7 +164,7 @@ def _alive_in_the_gateway(at_least: int) -> list[int]:
     """The sizes of the live allocations of at least ``at_least`` bytes made while the
     gateway served."""
     snap = tracemalloc.take_snapshot()
-    serving = ("gateway/exchange.py", "gateway/connections.py")
+    serving = ("gateway/http/exchange.py", "gateway/http/connection.py")
     return sorted(
         t.size
         for t in snap.traces

@@ -1,8 +1,8 @@
 """A relayed stream's writes are joined when their bytes are ready together, never held.
 
 Real hypercorn for the gateway; the upstream is a :class:`harness.transport.ScriptedTransport`.
-Every socket write of the gateway's connections is recorded
-(``GatewayTCPServer._send_raw``): an answer the upstream gave at once leaves in one write
+Every socket write of the gateway's connections is recorded (the connection handler's
+one ``send(2)``, :meth:`gateway.http.connection.Connection._send_now`): an answer the upstream gave at once leaves in one write
 (head, events, the body's end); an upstream that is slow to its first event still gets
 the client the response head at once, and each event in its own write as it comes.
 """
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import trio
 
-from gateway.connections import GatewayTCPServer
+from gateway.http.connection import Connection
 from gateway.sse import DONE
 from harness.transport import Scripted, ScriptedTransport
 from tests.conftest import make_config, start_gateway
@@ -26,13 +26,13 @@ from tests.upstream_server import HEAD, raw_server
 
 def record_writes(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     writes: list[bytes] = []
-    original = GatewayTCPServer._send_raw
+    original = Connection._send_now
 
-    async def recording(self: GatewayTCPServer, data: Any) -> None:
+    def recording(self: Connection, data: Any) -> Any:
         writes.append(bytes(data))
-        await original(self, data)
+        return original(self, data)
 
-    monkeypatch.setattr(GatewayTCPServer, "_send_raw", recording)
+    monkeypatch.setattr(Connection, "_send_now", recording)
     return writes
 
 

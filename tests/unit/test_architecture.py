@@ -4,8 +4,16 @@
   relative, at module level or inside a function, ``TYPE_CHECKING`` blocks included);
 - no function is longer than :data:`MAX_FUNCTION_LINES` lines (``def`` to last line);
 - the sans-IO modules (the SSE codec, the path detector and rewriter, the events, the
-  shapes, the errors, the signatures, the fronts) import no trio/HTTP library, neither
-  directly nor through another gateway module (no "upward" import into the glue).
+  shapes, the errors, the signatures, the fronts, HTTP/1 heads) import no trio/HTTP
+  library, neither directly nor through another gateway module (no "upward" import
+  into the glue);
+- the layers import downwards only: the stream engine (``gateway.stream``) nothing of
+  the HTTP server; the HTTP server (``gateway.http``) nothing of what it serves (the
+  routes, the app, the proxy, the runs, the store...), only the sans-IO core, the
+  stream engine and the few modules listed in :data:`HTTP_MAY_IMPORT`;
+- the one seam into a dependency's internals is :mod:`gateway.http.seam`: no other
+  gateway module imports from a dependency's private module or names hypercorn's
+  worker.
 """
 
 from __future__ import annotations
@@ -32,8 +40,12 @@ SANS_IO = (
     "gateway.fronts.runs",
     "gateway.fronts.openwebui",
     "gateway.chunked",
-    "gateway.h1lean",
+    "gateway.http.h1",
 )
+#: what the HTTP server may import of the gateway besides itself, the stream engine and
+#: the sans-IO modules: the error tree, the JSON shapes and SSE encoding its replies
+#: use, the log helpers, the idle memory trim
+HTTP_MAY_IMPORT = frozenset({"gateway.logs", "gateway.memory"})
 
 
 def module_name(path: Path) -> str:
@@ -167,3 +179,65 @@ def test_the_sans_io_modules_import_no_trio_or_http_library() -> None:
                     todo.append(dep)
         glue = sorted(m for m in seen if edges[m] & IO_LIBRARIES)
         assert not glue, f"{name} reaches trio/HTTP glue through {glue}"
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _gateway_deps(edges: dict[str, set[str]], name: str) -> set[str]:
+    return {d for d in edges[name] if d.startswith("gateway") and d != "gateway"}
+
+
+def test_the_stream_engine_imports_nothing_of_the_http_server() -> None:
+    edges = graph()
+    stream = [m for m in edges if _in(m, "gateway.stream")]
+    assert "gateway.stream.relay" in stream and "gateway.stream.clock" in stream
+    for name in stream:
+        up = {d for d in _gateway_deps(edges, name) if not _in(d, "gateway.stream")}
+        assert up <= {"gateway.errors"}, f"{name} imports {sorted(up)}"
+
+
+def test_the_http_server_imports_nothing_of_what_it_serves() -> None:
+    edges = graph()
+    http = [m for m in edges if _in(m, "gateway.http")]
+    assert "gateway.http.connection" in http and "gateway.http.serve" in http
+    allowed = set(SANS_IO) | HTTP_MAY_IMPORT
+    for name in http:
+        for dep in _gateway_deps(edges, name):
+            ok = _in(dep, "gateway.http") or _in(dep, "gateway.stream") or dep in allowed
+            assert ok, f"{name} imports {dep} (a layer above the HTTP server)"
+    # and the connection handler itself nothing of quart
+    for name in ("gateway.http.connection", "gateway.http.exchange", "gateway.http.h1"):
+        assert not edges[name] & {"quart", "quart_trio", "werkzeug", "hypercorn"}, name
+
+
+#: hypercorn's worker and protocol internals (``hypercorn.trio.serve`` is its public entry)
+HYPERCORN_INTERNALS = ("hypercorn.trio.run", "hypercorn.trio.tcp_server", "hypercorn.protocol")
+
+
+def _reaches(name: str, tree: ast.Module) -> list[str]:
+    """The private modules of dependencies, and hypercorn's internals, ``name`` imports."""
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            modules = [node.module]
+        elif isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        else:
+            continue
+        for module in modules:
+            parts = module.split(".")
+            private = any(p.startswith("_") for p in parts[1:])
+            if parts[0] != "gateway" and (private or module.startswith(HYPERCORN_INTERNALS)):
+                found.append(f"{name}: {module}")
+    return found
+
+
+def test_one_seam_into_a_dependency() -> None:
+    """Private modules of dependencies and hypercorn's internals are imported by one
+    module only, the seam."""
+    found = [f for name, (_, tree) in sources().items() for f in _reaches(name, tree)]
+    assert found, "the check finds nothing: it is broken"
+    outside = [f for f in found if not f.startswith("gateway.http.seam:")]
+    assert not outside, outside

@@ -535,7 +535,7 @@ async def test_an_interrupted_read_loses_nothing_and_the_next_one_waits_again() 
     "pieces", [1, 4, len(HEAD)], ids=["silent-after-head-start", "4", "bytewise"]
 )
 async def test_the_first_byte_bound_holds_for_a_head_that_trickles(pieces: int) -> None:
-    from gateway.streamclock import clock
+    from gateway.stream.clock import clock
 
     partial = HEAD[:-1]  # never whole
     size = max(1, len(partial) // pieces)

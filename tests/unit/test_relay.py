@@ -1,4 +1,4 @@
-"""The relay alone (:class:`gateway.relay.Relay`), with in-memory parts and trio's
+"""The relay alone (:class:`gateway.stream.relay.Relay`), with in-memory parts and trio's
 ``MockClock`` (autojump: virtual time passes whenever every task waits).
 
 A scripted source, an echo stage and a front that tags its outputs show what the relay
@@ -19,7 +19,7 @@ import trio
 import trio.testing
 
 from gateway.errors import Draining, GatewayError, RunLogFull, StoreError, UpstreamError
-from gateway.relay import CANCELLED, Relay, RelayOptions
+from gateway.stream.relay import CANCELLED, Relay, RelayOptions
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The relay's inline start (:meth:`gateway.relay.Relay._inline`): a source that holds
+"""The relay's inline start (:meth:`gateway.stream.relay.Relay._inline`): a source that holds
 items already (``read_nowait``) has them relayed in the consumer's task, with no
 producer task when the stream ends there, and with exactly the outputs the producer
 would have made in every other case (items held, then waited for; errors; a full
@@ -13,9 +13,9 @@ import pytest
 import trio
 import trio.testing
 
-from gateway import relay as relay_module
 from gateway.errors import UpstreamError
-from gateway.relay import INLINE_READS, OUT_BUFFER, Relay
+from gateway.stream import relay as relay_module
+from gateway.stream.relay import INLINE_READS, OUT_BUFFER, Relay
 from tests.unit.test_relay import Echo, Script, Tags, opts, take_instant
 
 

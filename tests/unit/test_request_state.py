@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.connections import Disconnect
 from gateway.events import TextLog
+from gateway.http.exchange import Disconnect
 
 
 def test_a_disconnect_calls_the_registered_callback_once() -> None:

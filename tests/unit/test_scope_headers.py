@@ -1,10 +1,10 @@
-"""The lean routes' request headers (:class:`gateway.lean.ScopeHeaders`): case-insensitive
+"""The direct routes' request headers (:class:`gateway.http.direct.ScopeHeaders`): case-insensitive
 look-ups over the ASGI list, an index built on the first look-up, dropped by
 ``forget`` (a streaming answer does not hold it) and built again on the next."""
 
 from __future__ import annotations
 
-from gateway.lean import ScopeHeaders
+from gateway.http.direct import ScopeHeaders
 
 
 def test_lookups_survive_forgetting_the_index() -> None:

@@ -414,7 +414,7 @@ def test_replace_refuses_a_supervised_holder(tmp_path: Path) -> None:
 def test_hard_exit_backstop_exits_zero() -> None:
     code = (
         "import time, logging\n"
-        "from gateway.server import _hard_exit_after\n"
+        "from gateway.http.serve import _hard_exit_after\n"
         "_hard_exit_after(0.3, lambda: 'test')\n"
         "time.sleep(10)\n"
         "raise SystemExit(7)\n"

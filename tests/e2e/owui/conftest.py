@@ -43,8 +43,8 @@ import trio
 from gateway.app import create_app
 from gateway.config import Config
 from gateway.demo_upstream import DemoFiles
+from gateway.http.serve import serve_app
 from gateway.proxy import create_proxy_app
-from gateway.server import serve_app
 from tests.conftest import OWUI_KEY, Gateway, Proxy, Upstream, proxy_config, start_demo_upstream
 from tests.e2e.owui import install
 

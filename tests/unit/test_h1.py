@@ -1,4 +1,5 @@
-"""The lean path's HTTP/1.1 framing (gateway.h1lean) against h11, its reference.
+"""The connection handler's plain head parser and answer framing (gateway.http.h1)
+against h11, its reference.
 
 The parser may accept only what h11 accepts, and must read it as h11 does: the same
 method, target and headers (as hypercorn builds the ASGI scope from them), the same body
@@ -12,15 +13,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from urllib.parse import unquote
 
 import h11
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.h1lean import LAST_CHUNK, chunk, parse_head, response_head
+from gateway.http.h1 import LAST_CHUNK, chunk, parse_head, response_head
 
-ROUTES = frozenset({(b"POST", b"/v1/chat/completions"), (b"GET", b"/health")})
 MAX = 16 * 1024
 BODY = b'{"model": "m", "messages": []}'
 
@@ -52,14 +53,17 @@ def _keep_alive(request: h11.Request) -> bool:
 
 
 def _agrees(data: bytes) -> None:
-    head = parse_head(data, ROUTES, MAX)
+    head = parse_head(data, MAX)
     if head is None:
         return  # h11's way: always allowed
     seen = _h11_view(data)
     assert seen is not None, f"accepted a head h11 refuses: {data!r}"
     request, body = seen
     assert head.method.encode() == request.method
-    assert head.path.encode() == request.target
+    target = head.path.encode() + (b"?" + head.query if b"?" in request.target else b"")
+    assert target == request.target
+    assert head.query == request.target.partition(b"?")[2]
+    assert unquote(head.path) == head.path  # nothing to unescape: path and raw path agree
     assert head.headers == list(request.headers)
     assert data[head.size : head.size + head.length] == body
     assert head.keep_alive == _keep_alive(request)
@@ -74,14 +78,14 @@ def _request(method: bytes, target: bytes, lines: list[bytes], body: bytes = b""
     )
 
 
-def test_a_plain_chat_request_is_lean() -> None:
+def test_a_plain_chat_request_is_plain() -> None:
     data = _request(
         b"POST",
         b"/v1/chat/completions",
         [b"Host: gw", b"Authorization: Bearer k", b"Content-Length: %d" % len(BODY)],
         BODY,
     )
-    head = parse_head(data, ROUTES, MAX)
+    head = parse_head(data, MAX)
     assert head is not None
     assert (head.method, head.path, head.length, head.keep_alive) == (
         "POST",
@@ -120,8 +124,11 @@ def test_a_plain_chat_request_is_lean() -> None:
         _request(b"GET", b"/health", [b"Host : x"]),
         _request(b"GET", b"/health", [b"Host: x\x00y"]),
         _request(b"GET", b"/health", [b"Host: x", b"Content-Length: 1"], b"x"),
-        _request(b"GET", b"/health?x=1", [b"Host: x"]),
         _request(b"GET", b"/%68ealth", [b"Host: x"]),
+        _request(b"GET", b"http://x/health", [b"Host: x"]),
+        _request(b"GET", b"*", [b"Host: x"]),
+        _request(b"GET", b"/h\xc3\xa9", [b"Host: x"]),
+        _request(b"GET", b"/health#frag", [b"Host: x"]),
         _request(b"HEAD", b"/health", [b"Host: x"]),
         _request(b"PUT", b"/v1/chat/completions", [b"Host: x"]),
         b"GET /health HTTP/1.0\r\nHost: x\r\n\r\n",
@@ -133,14 +140,30 @@ def test_a_plain_chat_request_is_lean() -> None:
         _request(b"GET", b"/health", [b"Host: x", b"X-Big: " + b"a" * MAX]),
     ],
 )
-def test_what_the_lean_path_leaves_to_h11(data: bytes) -> None:
-    assert parse_head(data, ROUTES, MAX) is None
+def test_what_the_plain_parser_leaves_to_h11(data: bytes) -> None:
+    assert parse_head(data, MAX) is None
+
+
+@pytest.mark.parametrize(
+    ("target", "path", "query"),
+    [
+        (b"/health", "/health", b""),
+        (b"/health?x=1&y=%20", "/health", b"x=1&y=%20"),
+        (b"/v1/responses/resp_1", "/v1/responses/resp_1", b""),
+        (b"//v1/models", "//v1/models", b""),
+        (b"/a?", "/a", b""),
+    ],
+)
+def test_plain_targets(target: bytes, path: str, query: bytes) -> None:
+    head = parse_head(_request(b"GET", target, [b"Host: x"]), MAX)
+    assert head is not None and (head.path, head.query) == (path, query)
+    _agrees(_request(b"GET", target, [b"Host: x"]))
 
 
 def test_connection_close_in_any_spelling() -> None:
     for value in (b"close", b"Close", b"keep-alive, CLOSE", b" ,close,"):
         data = _request(b"GET", b"/health", [b"Host: x", b"Connection: " + value])
-        head = parse_head(data, ROUTES, MAX)
+        head = parse_head(data, MAX)
         assert head is not None and not head.keep_alive, value
         _agrees(data)
 
@@ -149,9 +172,9 @@ def test_a_head_cut_anywhere_is_not_lean() -> None:
     data = _request(b"POST", b"/v1/chat/completions", [b"Host: x", b"Content-Length: 30"], BODY)
     end = data.index(b"\r\n\r\n") + 4
     for cut in range(end):
-        assert parse_head(data[:cut], ROUTES, MAX) is None
+        assert parse_head(data[:cut], MAX) is None
     for cut in range(end, len(data) + 1):
-        head = parse_head(data[:cut], ROUTES, MAX)
+        head = parse_head(data[:cut], MAX)
         assert head is not None and head.size == end
 
 
@@ -220,7 +243,7 @@ def _weird_line(draw: st.DrawFn) -> bytes:
 
 @st.composite
 def heads(draw: st.DrawFn) -> bytes:
-    """Mostly plain requests (so that the lean path takes many), each piece now and then
+    """Mostly plain requests (so that the plain parser takes many), each piece now and then
     swapped for one that trips parsers up."""
 
     def odd() -> bool:
@@ -229,7 +252,11 @@ def heads(draw: st.DrawFn) -> bytes:
     method = draw(st.sampled_from([b"HEAD", b"PUT", b"get"])) if odd() else b"POST"
     target = b"/v1/chat/completions"
     if odd():
-        target = draw(st.sampled_from([b"/health", b"/health?a", b"/v1/chat/completions/", b"*"]))
+        target = draw(
+            st.sampled_from(
+                [b"/health", b"/health?a", b"/v1/chat/completions/", b"*", b"/%41", b"/a?b#c"]
+            )
+        )
     version = (
         draw(st.sampled_from([b"HTTP/1.0", b"HTTP/2.0", b"http/1.1"])) if odd() else b"HTTP/1.1"
     )
@@ -370,7 +397,6 @@ def test_common_field_names_are_one_object_for_every_request() -> None:
     """A common field name, in the spellings clients use, is read as the same
     lower-case object every time (an open stream holds its head's fields); any other
     name is lower-cased as h11 lower-cases it."""
-    routes = {(b"POST", b"/v1/chat/completions")}
     heads = [
         b"POST /v1/chat/completions HTTP/1.1\r\n" + fields + b"Content-Length: 2\r\n\r\n{}"
         for fields in (
@@ -378,9 +404,18 @@ def test_common_field_names_are_one_object_for_every_request() -> None:
             b"HOST: a\r\ncontent-type: application/json\r\nx-CUSTOM-thing: 1\r\n",
         )
     ]
-    first, second = (parse_head(h, routes, 16384) for h in heads)
+    first, second = (parse_head(h, 16384) for h in heads)
     assert first is not None and second is not None
     names = [[name for name, _ in head.headers] for head in (first, second)]
     assert names[0] == names[1] == [b"host", b"content-type", b"x-custom-thing", b"content-length"]
     for a, b in zip(*names, strict=True):
         assert (a is b) == (a != b"x-custom-thing")
+
+
+@pytest.mark.parametrize("status", [204, 304])
+@pytest.mark.parametrize("close", [False, True])
+def test_answers_without_a_body_are_framed_as_h11_frames_them(status: int, close: bool) -> None:
+    headers = [(b"x-a", b"1"), *DATE]
+    head, chunked = response_head(status, headers, close=close)
+    assert not chunked
+    assert head == _h11_answer(status, headers, [], close)

@@ -1,7 +1,7 @@
-"""The routes served without quart (gateway.lean) answer exactly as quart's way does.
+"""The routes served without quart (gateway.http.direct) answer exactly as quart's way does.
 
-Two API servers on real hypercorn, one with its lean routes and one without
-(``app.lean_routes = {}``: every request takes quart's way), the same scripted
+Two API servers on real hypercorn, one with its direct routes and one without
+(``app.direct_routes = {}``: every request takes quart's way), the same scripted
 upstream behind both; every request below goes to both over a raw socket and the
 answers must be the same bytes (the ``date`` header aside): statuses, headers, error
 bodies, streamed and whole answers, body limits, chunked and split bodies, keep-alive.
@@ -157,8 +157,8 @@ def normalized(raw: bytes, head_only: bool = False) -> list[tuple[bytes, bytes]]
 
 
 async def two_gateways(nursery: trio.Nursery, tmp_path: Path) -> tuple[Any, Any]:
-    def lean_off(app: Any) -> None:
-        app.lean_routes = {}
+    def direct_off(app: Any) -> None:
+        app.direct_routes = {}
 
     lean = await start_gateway(
         nursery,
@@ -169,13 +169,15 @@ async def two_gateways(nursery: trio.Nursery, tmp_path: Path) -> tuple[Any, Any]
         nursery,
         make_config(tmp_path / "quart", SCRIPTED_URL),
         transport=ScriptedTransport(script_for),
-        customize=lean_off,
+        customize=direct_off,
     )
-    assert lean.app.lean_routes and not quart.app.lean_routes
+    assert lean.app.direct_routes and not quart.app.direct_routes
     return lean, quart
 
 
-async def test_lean_and_quart_answer_the_same_bytes(nursery: trio.Nursery, tmp_path: Path) -> None:
+async def test_direct_and_quart_answer_the_same_bytes(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
     lean, quart = await two_gateways(nursery, tmp_path)
     for name, data in CASES.items():
         got = await exchange(lean.url, data)
@@ -183,7 +185,7 @@ async def test_lean_and_quart_answer_the_same_bytes(nursery: trio.Nursery, tmp_p
         assert got.startswith(b"HTTP/1.1 "), name
         head_only = name.startswith("HEAD")
         assert normalized(got, head_only) == normalized(want, head_only), (name, got, want)
-    # the lean routes did serve: their requests are in the metrics under the route
+    # the direct routes did serve: their requests are in the metrics under the route
     text = lean.app.gateway.metrics.render().decode()
     assert 'gateway_requests_total{route="/v1/chat/completions",status="200"}' in text
     assert 'gateway_requests_total{route="/health",status="200"}' in text
@@ -235,7 +237,7 @@ async def test_a_stalled_body_gets_the_same_408_both_ways(
         def customize(app: Any, way: str = way) -> None:
             app.config.update(BODY_TIMEOUT=0.3)
             if way == "quart":
-                app.lean_routes = {}
+                app.direct_routes = {}
 
         gw = await start_gateway(
             nursery,

@@ -1,32 +1,26 @@
 """Routes served straight from the ASGI scope: no quart request, context or response.
 
-A request through quart-trio builds a ``Request`` (werkzeug headers, a body object, a
-second task reading the ASGI messages), pushes an app and a request context, runs the
-dispatch with its hooks and error handlers, builds a ``Response`` and sends it through
-quart's generic sender: about 0.5 ms of CPU per request on the benchmark's machine,
-a fifth of a streamed chat request (docs/benchmarks.md, "Round 4"). The API server's
-hot routes (``POST /v1/chat/completions``, ``GET /health``) are served here instead,
+The API server's hot routes (``POST /v1/chat/completions``, ``GET /health``) are served
+here (``ServiceApp.direct_routes``, dispatched by :class:`gateway.http.asgi.Accounting`)
 by the same handler code the quart routes call (:class:`Incoming` is what a handler
 reads, :data:`Reply` what it returns), so both ways answer alike:
 
 * the body: ``server.max_body_bytes`` (413 ``request_too_large``, at once when the
   declared length is larger), quart's ``BODY_TIMEOUT`` for the whole body (408
-  ``request_timeout``), a client gone while it arrives ends the request silently;
+  ``request_timeout``), a client gone while it arrives ends the request silently; a
+  body that came with the head is taken whole (the ``gateway.body`` extension);
 * once the body is read, a client that disconnects cancels the request (the upstream
   stream is closed), as quart-trio's message task does: on the gateway's connections
-  by the request's :class:`~gateway.connections.Disconnect` callback, with no task
+  by the request's :class:`~gateway.http.exchange.Disconnect` callback, with no task
   waiting for the ``http.disconnect`` message (elsewhere, one task does);
 * every :class:`~gateway.errors.GatewayError` leaves as the JSON error of
-  :func:`gateway.web.error_parts`; anything else is logged and answered 500
+  :func:`gateway.http.replies.error_parts`; anything else is logged and answered 500
   ``internal_error`` without details (a failure after the answer started closes the
   connection, as it does through quart).
 
-A client that half-closes its side after a complete request is, to hypercorn, a
-client that left: quart's way cancels at once; here the disconnect is watched from
-the end of the body on, so an answer already complete by then still goes out.
-
-Other methods and paths (405, 404, ``HEAD``) take quart's way. The route's label
-(``scope["gateway.route"]``) and principal feed the access line and metrics as before.
+A client that half-closes its side after a complete request is, on quart's way, a
+client that left: quart-trio cancels at once; here the disconnect is watched from the
+end of the body on, so an answer already complete by then still goes out.
 """
 
 from __future__ import annotations
@@ -39,9 +33,10 @@ from typing import Any
 
 import trio
 
-from gateway.connections import BODY_KEY, DISCONNECT_KEY, RELEASE_KEY, Disconnect
 from gateway.errors import GatewayError, RequestError
-from gateway.web import (
+from gateway.http.exchange import BODY, DISCONNECT, WRITES, Disconnect
+from gateway.http.replies import (
+    SSE_HEAD,
     ChannelBody,
     body_timeout_message,
     error_parts,
@@ -52,19 +47,19 @@ from gateway.web import (
 )
 
 __all__ = [
+    "DirectRequest",
+    "DirectRoute",
     "Incoming",
     "JSONReply",
-    "LeanRequest",
-    "LeanRoute",
     "Reply",
     "ScopeHeaders",
     "StreamReply",
-    "lean_route",
-    "serve_lean",
+    "direct_route",
+    "serve_direct",
 ]
 
 log = logging.getLogger("gateway")
-#: what the answers call this server (the lean routes are the API server's)
+#: what the answers call this server (the direct routes are the API server's)
 WHAT = "gateway"
 
 
@@ -78,7 +73,7 @@ class JSONReply:
 
 @dataclass
 class StreamReply:
-    """An SSE answer whose body is a relay (``gateway.web.SSE_HEADERS``)."""
+    """An SSE answer whose body is a relay (``gateway.http.replies.SSE_HEADERS``)."""
 
     body: ChannelBody
 
@@ -120,7 +115,7 @@ class ScopeHeaders:
 
     def forget(self) -> None:
         """Drop the index (built again on the next look-up): a request whose answer
-        streams for minutes need not hold it (~1 KiB per open stream)."""
+        streams for minutes need not hold it)."""
         self._index = None
 
     def getlist(self, key: str, /) -> list[str]:
@@ -136,7 +131,7 @@ class _Gone(Exception):
 
 
 @dataclass
-class LeanRequest(Incoming):
+class DirectRequest(Incoming):
     scope: dict[str, Any]
     receive: Callable[[], Awaitable[Any]]
     max_body_bytes: int
@@ -151,7 +146,8 @@ class LeanRequest(Incoming):
 
     async def body(self) -> bytes:
         if self._body is None:
-            whole: bytes | None = self.scope.get(BODY_KEY)
+            take = self.scope["extensions"].get(BODY)
+            whole: bytes | None = take() if take is not None else None
             if whole is None:
                 self._body = await self._read_body()
             elif len(whole) > self.max_body_bytes:
@@ -170,10 +166,6 @@ class LeanRequest(Incoming):
         and the headers' index."""
         self.headers.forget()
         self._body = None
-        self.scope.pop(BODY_KEY, None)
-        release = self.scope.get(RELEASE_KEY)
-        if release is not None:
-            release()
 
     def _too_large(self) -> GatewayError:
         return RequestError(too_large_message(WHAT), code="request_too_large", status=413)
@@ -207,8 +199,8 @@ class LeanRequest(Incoming):
 async def _watch_disconnect(
     receive: Callable[[], Awaitable[Any]], cancel: trio.CancelScope
 ) -> None:
-    """Where the server gives no :class:`~gateway.connections.Disconnect`: wait for the
-    ``http.disconnect`` message (the request body is read by then)."""
+    """Where the server gives no :class:`~gateway.http.exchange.Disconnect`: wait for
+    the ``http.disconnect`` message (the request body is read by then)."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
@@ -216,44 +208,30 @@ async def _watch_disconnect(
             return
 
 
-#: a lean route: the app's state and the request -> the reply
-LeanRoute = Callable[[Any, Incoming], Awaitable[Reply]]
-
-_JSON_HEAD = [(b"content-type", b"application/json")]
+#: a direct route: the app's state and the request -> the reply
+DirectRoute = Callable[[Any, Incoming], Awaitable[Reply]]
 
 
-async def _send_json(
-    send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+def direct_route(route: str, handler: DirectRoute) -> Callable[..., Awaitable[None]]:
+    """What ``ServiceApp.direct_routes`` maps a ``(method, path)`` to: serve it with
+    ``handler``, labelled ``route`` (``app, scope, receive, send``)."""
+    return functools.partial(serve_direct, route=route, handler=handler)
+
+
+async def serve_direct(
+    app: Any, scope: Any, receive: Any, send: Any, *, route: str, handler: DirectRoute
 ) -> None:
-    head = [*_JSON_HEAD, (b"content-length", b"%d" % len(body)), *headers]
-    await send({"type": "http.response.start", "status": status, "headers": head})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-def lean_route(route: str, handler: LeanRoute) -> Callable[..., Awaitable[None]]:
-    """What ``ServiceApp.lean_routes`` maps a ``(method, path)`` to: serve it with
-    ``handler``, labelled ``route`` (``conn, receive, send, writes``; a partial, not a
-    closure: no coroutine of its own under every open stream)."""
-    return functools.partial(serve_lean, route=route, handler=handler)
-
-
-async def serve_lean(
-    conn: Any, receive: Any, send: Any, writes: Any, *, route: str, handler: LeanRoute
-) -> None:
-    """Serve one request with ``handler`` (``conn``: the app's ASGI connection, a
-    :class:`gateway.web.GatewayHTTPConnection`)."""
-    scope: dict[str, Any] = conn.scope
+    """Serve one request with ``handler``."""
     scope["gateway.route"] = route
-    app = conn.app
     limits = int(app.config["MAX_CONTENT_LENGTH"]), float(app.config["BODY_TIMEOUT"] or "inf")
-    gone: Disconnect | None = scope.get(DISCONNECT_KEY)
+    gone: Disconnect | None = scope.get("extensions", {}).get(DISCONNECT)
     with trio.CancelScope() as cancel:  # cancelled when the client leaves after its body
         if gone is not None:  # the gateway's connections: a callback, no task
             try:
-                req = LeanRequest(
+                req = DirectRequest(
                     scope, receive, *limits, functools.partial(gone.on, cancel.cancel)
                 )
-                await _answer(conn, handler, req, send, writes)
+                await _answer(app, handler, req, send)
             finally:
                 gone.on(None)
             return
@@ -262,26 +240,34 @@ async def serve_lean(
             def watch() -> None:
                 nursery.start_soon(_watch_disconnect, receive, cancel)
 
-            await _answer(conn, handler, LeanRequest(scope, receive, *limits, watch), send, writes)
+            await _answer(app, handler, DirectRequest(scope, receive, *limits, watch), send)
             nursery.cancel_scope.cancel()
 
 
-async def _answer(conn: Any, handler: LeanRoute, req: LeanRequest, send: Any, writes: Any) -> None:
-    """The handler's reply sent, or the error it raised before the answer began
-    (``conn.status_sent``: the head went out)."""
+async def _answer(app: Any, handler: DirectRoute, req: DirectRequest, send: Any) -> None:
+    """The handler's reply sent, or the error it raised before the answer began."""
+    started = False
     try:
-        reply = await handler(conn.app.gateway, req)
+        reply = await handler(app.gateway, req)
         if isinstance(reply, StreamReply):
             req.release()
-            await conn.send_stream(send, 200, reply.body, writes)
+            body = reply.body
+            body.writes = req.scope.get("extensions", {}).get(WRITES)
+            started = True
+            await send({"type": "http.response.start", "status": 200, "headers": SSE_HEAD})
+            async with body as chunks:
+                async for data in chunks:
+                    await send({"type": "http.response.body", "body": data, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         else:
-            await _send_joined(send, reply.status, [], json_bytes(reply.obj), writes)
+            started = True
+            await _send_json(send, reply.status, [], json_bytes(reply.obj))
     except _Gone:
         pass
     except Exception as exc:
-        if conn.status_sent:
+        if started:
             raise
-        await _send_joined(send, *error_parts(_as_gateway_error(exc, req.scope)), writes)
+        await _send_json(send, *error_parts(_as_gateway_error(exc, req.scope)))
 
 
 def _as_gateway_error(exc: Exception, scope: dict[str, Any]) -> GatewayError:
@@ -297,15 +283,12 @@ def _as_gateway_error(exc: Exception, scope: dict[str, Any]) -> GatewayError:
     return GatewayError(unexpected_message(WHAT), code="internal_error")
 
 
-async def _send_joined(
-    send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes, writes: Any
+_JSON_HEAD = [(b"content-type", b"application/json")]
+
+
+async def _send_json(
+    send: Any, status: int, headers: list[tuple[bytes, bytes]], body: bytes
 ) -> None:
-    """A whole JSON answer, its head and body in one write when the connection allows."""
-    if writes is None:
-        await _send_json(send, status, headers, body)
-        return
-    writes.cork()
-    try:
-        await _send_json(send, status, headers, body)
-    finally:
-        await writes.flush(uncork=True)
+    head = [*_JSON_HEAD, (b"content-length", b"%d" % len(body)), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

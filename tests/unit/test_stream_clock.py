@@ -1,13 +1,9 @@
-"""The run's one timer task (:mod:`gateway.streamclock`) and the relay's and the ASGI
-queue's handoff (:mod:`gateway.handoff`), on their own, in trio's virtual time.
-
-The clock: entries fire in time order at their own moment, re-arm at the moment they
+"""The run's one timer task (:mod:`gateway.stream.clock`) on its own, in trio's
+virtual time: entries fire in time order at their own moment, re-arm at the moment they
 ask for, an earlier entry wakes a clock asleep on a later one, a cancelled entry never
 fires and dead entries are swept, a drain reaches every live entry of its event (also
 one registered after the event was set), a failing callback is logged and dropped
-without harming the others. The handoff: the bounds, the order, the ends, a second
-waiter refused, cancellation never losing an item, checked against trio's own memory
-channel over generated operation sequences.
+without harming the others.
 """
 
 from __future__ import annotations
@@ -20,8 +16,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.handoff import Handoff
-from gateway.streamclock import SWEEP_AT, StreamClock, clock
+from gateway.stream.clock import SWEEP_AT, StreamClock, clock
 
 
 class Recorder:
@@ -140,116 +135,6 @@ async def test_a_failing_callback_is_logged_and_the_clock_goes_on(
     assert StreamClock.statistics(c)["entries"] == 1
 
 
-# -- the handoff
-
-
-async def test_handoff_bounds_order_and_ends() -> None:
-    q: Handoff[int] = Handoff(2)
-    q.send_nowait(1)
-    q.send_nowait(2)
-    with pytest.raises(trio.WouldBlock):
-        q.send_nowait(3)
-    q.send_past_limit(3)  # a disconnect never waits
-    assert len(q) == 3
-    assert [q.receive_nowait() for _ in range(3)] == [1, 2, 3]
-    with pytest.raises(trio.WouldBlock):
-        q.receive_nowait()
-    q.close_send()
-    with pytest.raises(trio.EndOfChannel):
-        await q.receive()
-    with pytest.raises(trio.ClosedResourceError):
-        q.send_nowait(4)
-
-
-async def test_handoff_backpressure_and_the_consumer_leaving() -> None:
-    q: Handoff[int] = Handoff(1)
-    got: list[int] = []
-    async with trio.open_nursery() as nursery:
-
-        async def produce() -> None:
-            with pytest.raises(trio.BrokenResourceError):
-                for i in range(100):
-                    await q.send(i)
-
-        nursery.start_soon(produce)
-        for _ in range(5):
-            got.append(await q.receive())
-        q.close_receive()  # the producer, parked on a full queue, is told at once
-    assert got == [0, 1, 2, 3, 4]
-
-
-async def test_handoff_refuses_a_second_waiter_and_cancellation_loses_nothing() -> None:
-    q: Handoff[int] = Handoff(1)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(q.receive)
-        await trio.testing.wait_all_tasks_blocked()
-        with pytest.raises(trio.BusyResourceError):
-            await q.receive()
-        nursery.cancel_scope.cancel()
-    q.send_nowait(7)  # the cancelled waiter left no trace
-    with trio.CancelScope() as cs:
-        cs.cancel()
-        with pytest.raises(trio.Cancelled):
-            await q.receive()  # cancelled before taking: the item stays
-    assert q.receive_nowait() == 7
-
-
-OPS = st.lists(
-    st.sampled_from(["send", "send", "send", "recv", "recv", "recv", "close_send", "close_recv"]),
-    max_size=40,
-)
-
-
-def _apply(q: object, op: object, counter: list[int]) -> str:
-    """One operation on a Handoff or a trio channel pair; what happened, as a word."""
-    try:
-        if op == "send":
-            counter[0] += 1
-            q.send_nowait(counter[0])  # type: ignore[attr-defined]
-            return "sent"
-        if op == "recv":
-            return f"got {q.receive_nowait()}"  # type: ignore[attr-defined]
-        if op == "close_send":
-            q.close_send()  # type: ignore[attr-defined]
-            return "closed"
-        q.close_receive()  # type: ignore[attr-defined]
-        return "closed"
-    except trio.WouldBlock:
-        return "would block"
-    except trio.EndOfChannel:
-        return "end"
-    except trio.BrokenResourceError:
-        return "broken"
-    except trio.ClosedResourceError:
-        return "closed error"
-
-
-class ChannelPair:
-    def __init__(self, limit: int) -> None:
-        self.send, self.recv = trio.open_memory_channel[int](limit)
-
-    def send_nowait(self, item: int) -> None:
-        self.send.send_nowait(item)
-
-    def receive_nowait(self) -> int:
-        return self.recv.receive_nowait()
-
-    def close_send(self) -> None:
-        self.send.close()
-
-    def close_receive(self) -> None:
-        self.recv.close()
-
-
-@settings(max_examples=300, deadline=None)
-@given(limit=st.integers(1, 4), ops=OPS)
-def test_handoff_behaves_as_a_trio_memory_channel(limit: int, ops: list[object]) -> None:
-    mine, theirs = Handoff[int](limit), ChannelPair(limit)
-    a, b = [0], [0]
-    for op in ops:
-        assert _apply(mine, op, a) == _apply(theirs, op, b), (op, ops)
-
-
 class Counted:
     """Asks again ``again`` seconds after each call (``None``: once)."""
 
@@ -348,19 +233,6 @@ async def test_an_entry_asking_for_now_again_waits_a_round(
     clock().add(Again(), trio.current_time() + 1)
     await trio.sleep(2)
     assert len(calls) == 5  # five rounds, not a loop inside one
-
-
-async def test_handoff_closing_the_receive_side_tells_a_waiting_receiver() -> None:
-    q: Handoff[int] = Handoff(1)
-    async with trio.open_nursery() as nursery:
-
-        async def waiting() -> None:
-            with pytest.raises(trio.ClosedResourceError):
-                await q.receive()
-
-        nursery.start_soon(waiting)
-        await trio.testing.wait_all_tasks_blocked()
-        q.close_receive()
 
 
 async def test_an_entry_moved_to_the_moment_it_just_fired_at_is_not_called_again(

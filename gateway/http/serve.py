@@ -1,26 +1,25 @@
 """Serving apps with hypercorn's trio worker, started programmatically; signals and drain.
 
+:func:`serve_app` serves one ASGI app with hypercorn (binding, lifespan, the shutdown
+trigger), its connections handled by :mod:`gateway.http.connection` through the one
+seam (:mod:`gateway.http.seam`): it refuses to serve on a hypercorn it does not know.
+
 Drain, in order (``D`` = ``server.drain_timeout_seconds``, ``G`` = :func:`drain_grace`):
 
 1. First SIGTERM/SIGINT: ``STOPPING=1`` to systemd; every app's ``draining`` event is
    set (readiness turns 503; every in-flight relay ends its stream with a terminal
    event ``gateway_draining`` + ``[DONE]``); a backstop thread is armed (step 4).
-2. 50 ms later hypercorn is told to stop: it stops accepting, closes idle keep-alive
-   connections and gives in-flight requests until ``G`` to finish.
-3. hypercorn *shields* its socket writes, so a client that stopped reading (full
-   socket buffers) would keep its connection task alive forever and ``serve()`` would
-   never return. Every write is therefore bounded here (:class:`WriteBounds`, used by
-   :class:`gateway.connections.GatewayTCPServer`): by ``server.write_timeout_seconds`` in normal
-   operation, and by the drain deadline ``G`` once draining. A write that misses its
-   bound closes that connection. So at ``G`` every connection is gone, ``serve()``
-   returns, ``after_serving`` closes the store, and the process exits 0 normally.
+2. 50 ms later the servers are told to stop: hypercorn stops accepting, idle
+   connections close at once, busy ones after their answer, and in-flight requests get
+   until ``G``; once none is in flight, the servers end at once.
+3. At ``G`` hypercorn cancels what is left. The connection handler's writes are not
+   shielded, so a client that stopped reading cannot hold its connection past it (each
+   write is also bounded by ``server.write_timeout_seconds``). ``serve()`` returns,
+   ``after_serving`` closes the store, and the process exits 0.
 4. Backstop: should anything still hang, a daemon thread ends the process with
    ``os._exit(0)`` at ``D``. The instance lock (an ``flock``) dies with the process.
 
 A second signal during the drain exits at once (status 0).
-
-Connection-level robustness (containment of per-connection failures, header timeout,
-connection limit, clean closes after refusals) lives in :mod:`gateway.connections`.
 """
 
 from __future__ import annotations
@@ -28,12 +27,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import math
 import os
+import resource
 import signal
 import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -41,20 +43,37 @@ import trio
 from hypercorn.config import Config as HyperConfig
 from hypercorn.trio import serve
 
-from gateway import connections, memory
-from gateway.connections import ConnectionPolicy, WriteBounds
+from gateway import memory
+from gateway.http import seam
+from gateway.http.connection import ConnectionPolicy, Server
 from gateway.logs import app_tag, tagged
+
+__all__ = [
+    "ConnectionPolicy",
+    "FdLimit",
+    "drain_grace",
+    "find_bind_error",
+    "hypercorn_config",
+    "log_fd_limit",
+    "notify_systemd",
+    "raise_fd_limit",
+    "run_until_signalled",
+    "serve_app",
+]
 
 log = logging.getLogger("gateway.server")
 
 #: pause between setting ``draining`` and stopping hypercorn: lets every relay write
-#: its terminal event on a still-open connection (measured: ~80 ms for 50 streams)
+#: its terminal event on a still-open connection
 TERMINAL_WRITE_PAUSE = 0.05
 #: defaults of ``server.header_timeout_seconds``, ``server.max_connections``,
 #: ``server.listen_backlog``
 HEADER_TIMEOUT = 10.0
 MAX_CONNECTIONS = 16384
 LISTEN_BACKLOG = 4096
+#: descriptors a relayed stream holds (client connection + upstream connection)
+FDS_PER_STREAM = 2
+FD_RESERVE = 64
 
 
 def drain_grace(drain_timeout: float) -> float:
@@ -80,25 +99,10 @@ def find_bind_error(exc: BaseException) -> OSError | None:
     return None
 
 
-class GatewayHyperConfig(HyperConfig):
-    """hypercorn's config, its response headers (``Date``) made once a second, not per
-    response (``email.utils``' formatting cost ~10 µs a request)."""
-
-    _cached: tuple[int, str, list[tuple[bytes, bytes]]] = (-1, "", [])
-
-    def response_headers(self, protocol: str) -> list[tuple[bytes, bytes]]:
-        now = int(time.time())
-        second, proto, headers = self._cached
-        if second != now or proto != protocol:
-            headers = super().response_headers(protocol)
-            self._cached = (now, protocol, headers)
-        return list(headers)
-
-
 def hypercorn_config(
     bind: str, *, graceful_timeout: float = 3.0, listen_backlog: int = LISTEN_BACKLOG
 ) -> HyperConfig:
-    cfg = GatewayHyperConfig()
+    cfg = HyperConfig()
     cfg.bind = [bind]
     # hypercorn's 100 dropped SYNs under 1,000 simultaneous connects; the kernel caps
     # it further (net.core.somaxconn, kern.ipc.somaxconn)
@@ -108,7 +112,6 @@ def hypercorn_config(
     cfg.graceful_timeout = graceful_timeout
     cfg.accesslog = None  # the app writes its own access log (never the bearer key)
     cfg.errorlog = logging.getLogger("hypercorn.error")
-    cfg.include_server_header = False
     return cfg
 
 
@@ -118,7 +121,7 @@ async def serve_app(
     *,
     shutdown_trigger: Callable[[], Awaitable[None]],
     graceful_timeout: float = 3.0,
-    write_bounds: WriteBounds | None = None,
+    write_timeout: float | None = None,
     header_timeout: float = HEADER_TIMEOUT,
     max_connections: int = MAX_CONNECTIONS,
     listen_backlog: int = LISTEN_BACKLOG,
@@ -127,33 +130,35 @@ async def serve_app(
 ) -> None:
     """Serve ``app`` until ``shutdown_trigger`` returns; report the bound URLs.
 
-    Every connection is handled by :class:`gateway.connections.GatewayTCPServer`:
+    Every connection is handled by :mod:`gateway.http.connection` (raises
+    :class:`gateway.http.seam.UnsupportedServer` on a hypercorn it was not tested with):
     failures stay in their connection, a request head must arrive within
-    ``header_timeout`` seconds, at most ``max_connections`` are open (more get 503), and
-    with ``write_bounds`` every socket write is bounded by it. A ready ``policy`` (its
-    counters say what the limits did) replaces those three arguments.
+    ``header_timeout`` seconds, at most ``max_connections`` are open (more get 503), a
+    write waits at most ``write_timeout`` seconds for the client. A ready ``policy``
+    (its counters say what the limits did) replaces those three arguments.
     """
+    seam.install()
+    _quiet_accept_errors()
     cfg = hypercorn_config(bind, graceful_timeout=graceful_timeout, listen_backlog=listen_backlog)
-    if connections.install():
-        if policy is None:
-            policy = ConnectionPolicy(
-                header_timeout=header_timeout,
-                max_connections=max_connections,
-                write_bounds=write_bounds,
-            )
-        if not cfg.server_names:  # hypercorn answers a wrong Host 404 only on its way
-            policy.lean_routes = frozenset(
-                (method.encode("ascii"), path.encode("ascii"))
-                for method, path in getattr(app, "lean_routes", {})
-            )
-            policy.http_app = app if connections.plain_asgi(app) else None
-        setattr(cfg, connections.POLICY_ATTR, policy)
+    if policy is None:
+        policy = ConnectionPolicy(
+            header_timeout=header_timeout,
+            max_connections=max_connections,
+            write_timeout=write_timeout,
+        )
+    server = Server(app, cfg, policy)
+    setattr(cfg, seam.SERVER_ATTR, server)
+
+    async def stop_when_triggered() -> None:
+        await shutdown_trigger()
+        server.stop()
+
     with tagged(app_tag(app)):  # every task of this server logs under the app's name
-        await serve(app, cfg, shutdown_trigger=shutdown_trigger, task_status=task_status)
+        await serve(app, cfg, shutdown_trigger=stop_when_triggered, task_status=task_status)
 
 
 async def _wait_no_requests(app: Any) -> None:
-    """Until ``app`` handles no request (GatewayHTTPConnection counts them and sets
+    """Until ``app`` handles no request (its accounting counts them and sets
     ``app.no_requests`` when the count drops to zero)."""
     while int(getattr(app, "inflight_requests", 0)) > 0:
         idle = trio.Event()
@@ -205,7 +210,7 @@ def _hard_exit_after(seconds: float, reason: Callable[[], str]) -> threading.Eve
 async def _drain_on_signal(
     signals: AsyncIterator[int],
     apps: list[tuple[Any, str, trio.Event | None]],
-    bounds: WriteBounds,
+    policies: list[ConnectionPolicy],
     grace: float,
     drain_timeout: float,
     drain_started: list[float],
@@ -215,8 +220,7 @@ async def _drain_on_signal(
     async for signum in signals:
         if drain_started:
             _exit_now("second signal during the drain")
-        t0 = trio.current_time()
-        drain_started.append(t0)
+        drain_started.append(trio.current_time())
         log.info(
             "received %s: draining (in-flight requests get %.1f s, hard exit at %.1f s)",
             signal.Signals(signum).name,
@@ -224,12 +228,13 @@ async def _drain_on_signal(
             drain_timeout,
         )
         notify_systemd("STOPPING=1\nSTATUS=draining")
-        _hard_exit_after(drain_timeout, lambda: f"{bounds.blocked} write(s) still blocked")
+        _hard_exit_after(
+            drain_timeout, lambda: f"{sum(p.open for p in policies)} connection(s) still open"
+        )
         for _, _, draining in apps:
             if draining is not None:
                 draining.set()
-        bounds.begin_drain(t0 + grace)
-        # let streams write their terminal events before hypercorn stops
+        # let streams write their terminal events before the servers stop
         await trio.sleep(TERMINAL_WRITE_PAUSE)
         stop.set()
 
@@ -247,52 +252,52 @@ async def run_until_signalled(
     """Serve several apps in one trio run until SIGTERM/SIGINT, then drain.
 
     ``apps`` holds (app, bind, draining event or None). ``on_ready`` gets the bound
-    URLs of each app once all listen. ``write_timeout`` bounds every socket write in
-    normal operation (None: only while draining). ``header_timeout``,
+    URLs of each app once all listen. ``write_timeout``, ``header_timeout``,
     ``max_connections`` and ``listen_backlog`` apply to each server (see
     :func:`serve_app`). The soft file-descriptor limit is raised to the hard limit
     first (logged, with a warning if it cannot hold ``max_connections`` streams). See
     the module docstring.
     """
-    connections.log_fd_limit(connections.raise_fd_limit(), max_connections)
+    seam.check()  # before anything listens
+    log_fd_limit(raise_fd_limit(), max_connections)
     grace = drain_grace(drain_timeout)
-    bounds = WriteBounds(write_timeout)
+    policies = [
+        ConnectionPolicy(
+            header_timeout=header_timeout,
+            max_connections=max_connections,
+            write_timeout=write_timeout,
+        )
+        for _ in apps
+    ]
     stop = trio.Event()
     drain_started: list[float] = []
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(
-                partial(_drain_on_signal, signals, apps, bounds, grace, drain_timeout),
+                partial(_drain_on_signal, signals, apps, policies, grace, drain_timeout),
                 drain_started,
                 stop,
             )
             nursery.start_soon(memory.release_when_idle, [app for app, _, _ in apps])
             urls: list[list[str]] = []
             async with trio.open_nursery() as servers:
-                for app, bind, _ in apps:
-                    urls.append(
-                        await servers.start(
-                            partial(
-                                serve_app,
-                                app,
-                                bind,
-                                shutdown_trigger=stop.wait,
-                                graceful_timeout=max(grace - TERMINAL_WRITE_PAUSE, 0.05),
-                                write_bounds=bounds,
-                                header_timeout=header_timeout,
-                                max_connections=max_connections,
-                                listen_backlog=listen_backlog,
-                            )
-                        )
+                for (app, bind, _), policy in zip(apps, policies, strict=True):
+                    serving = partial(
+                        serve_app,
+                        app,
+                        bind,
+                        shutdown_trigger=stop.wait,
+                        graceful_timeout=max(grace - TERMINAL_WRITE_PAUSE, 0.05),
+                        listen_backlog=listen_backlog,
+                        policy=policy,
                     )
+                    urls.append(await servers.start(serving))
                 if on_ready is not None:
                     on_ready(urls)
                 notify_systemd("READY=1")
                 await stop.wait()
-                # hypercorn 0.18's trio worker keeps idle keep-alive connections until
-                # its graceful deadline (measured: a drain with one idle pooled
-                # connection took the full grace period); once no request is in
-                # flight, nothing is left to wait for, so end the servers now
+                # once no request is in flight, nothing is left to wait for (idle
+                # connections closed when the servers stopped): end the servers now
                 with trio.move_on_after(max(grace - TERMINAL_WRITE_PAUSE, 0.05)):
                     for app, _, _ in apps:
                         await _wait_no_requests(app)
@@ -302,6 +307,85 @@ async def run_until_signalled(
                 log.info(
                     "drained in %.2f s (%d connection(s) closed for not reading); exiting",
                     trio.current_time() - drain_started[0],
-                    bounds.aborted,
+                    sum(p.aborted for p in policies),
                 )
             nursery.cancel_scope.cancel()
+
+
+class _AcceptErrorFilter(logging.Filter):
+    """trio logs every failed ``accept()`` (EMFILE...) at ERROR with a traceback, ten
+    times a second while it lasts: one warning per 10 s instead, without traceback."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last = -math.inf
+        self._skipped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith("accept returned"):
+            return True
+        now = time.monotonic()
+        if now - self._last < 10.0:
+            self._skipped += 1
+            return False
+        more = f" (and {self._skipped} more like it)" if self._skipped else ""
+        self._last, self._skipped = now, 0
+        log.warning("%s%s; out of file descriptors? see docs/operations.md", message, more)
+        return False
+
+
+def _quiet_accept_errors() -> None:
+    trio_log = logging.getLogger("trio.serve_listeners")
+    if not any(isinstance(f, _AcceptErrorFilter) for f in trio_log.filters):
+        trio_log.addFilter(_AcceptErrorFilter())
+
+
+@dataclass(frozen=True)
+class FdLimit:
+    before: int
+    soft: int
+    hard: int
+
+    def streams(self) -> int:
+        """Relayed streams that fit (2 descriptors each, a reserve kept)."""
+        return max(0, (self.soft - FD_RESERVE) // FDS_PER_STREAM)
+
+
+def raise_fd_limit() -> FdLimit:
+    """Raise the soft ``RLIMIT_NOFILE`` as far as the hard limit allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    before = soft
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    while target > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError):  # macOS refuses more than kern.maxfilesperproc
+            target //= 2
+            continue
+        soft = target
+        break
+    return FdLimit(before, soft, hard)
+
+
+def log_fd_limit(limit: FdLimit, max_connections: int) -> None:
+    hard = "unlimited" if limit.hard == resource.RLIM_INFINITY else str(limit.hard)
+    if limit.streams() < max_connections:
+        log.warning(
+            "file descriptors: limit %d (was %d, hard %s) fits about %d relayed streams, "
+            "fewer than server.max_connections (%d); beyond that, clients get 503 "
+            "gateway_overloaded. Raise LimitNOFILE (systemd) / NumberOfFiles (launchd).",
+            limit.soft,
+            limit.before,
+            hard,
+            limit.streams(),
+            max_connections,
+        )
+    else:
+        log.info(
+            "file descriptors: limit %d (was %d, hard %s), room for %d relayed streams",
+            limit.soft,
+            limit.before,
+            hard,
+            limit.streams(),
+        )

@@ -1,32 +1,33 @@
-"""HTTP/1.1 framing for the lean paths: strict head parsers and a response writer.
+"""HTTP/1.1 heads without h11, for the requests and answers that need nothing more.
 
-Sans-IO (no trio, no sockets). The connection layer (:mod:`gateway.exchange`) serves a
-request without h11 and hypercorn's stream when :func:`parse_head` accepts its head: a
-*plain* request for one of the lean routes, whole in one read, that h11 would parse to
-the same method, path and headers. Anything else (a head split across reads, a bare LF,
-an obsolete line fold, ``Transfer-Encoding``, ``Expect``, ``Upgrade``, two
-``Content-Length`` or ``Host`` fields, a query string, a percent-encoded path, another
-HTTP version...) gets ``None`` and takes h11's way, with h11's checks and error answers:
-the lean path accepts a subset of what h11 accepts, never more.
+Sans-IO. :func:`parse_head` reads a *plain* request head, whole at the start of a
+buffer: ``GET`` or ``POST``, an origin-form target without percent-escapes in its
+path, ``HTTP/1.1``, CRLF line ends, every field in h11's grammar, exactly one
+``Host``, at most one ``Content-Length`` of digits, and no ``Transfer-Encoding``,
+``Expect``, ``Upgrade``, ``TE`` or ``Trailer``. What it accepts, h11 accepts and reads
+to the same method, target, fields, body length and keep-alive (a subset, never more;
+``tests/unit/test_h1.py`` holds it to that with generated heads); anything else gets
+``None`` and is h11's to read and to refuse. The connection handler
+(:mod:`gateway.http.connection`) uses it as a front for h11.
 
-The grammar is h11's own (``h11._abnf``): a header line is ``token ":" OWS value OWS``
-where the value is runs of bytes that are neither NUL nor whitespace, separated by
-spaces or tabs. Names are lowercased and values stripped as h11 does, so the ASGI
-scope's ``headers`` are the ones hypercorn builds from h11's request.
+:func:`response_head` and :func:`chunk` frame an answer to such a request byte for byte
+as h11 frames it. :func:`parse_response_head` does for an upstream's answer what
+:func:`parse_head` does for a request (used by the upstream client).
 
-:func:`parse_response_head` does the same for the upstream's answer to the lean
-client's POST (:mod:`gateway.leanclient`): a plain head is read without h11's buffer,
-events and header objects; any other goes to h11's own reader as before.
+The grammar is h11's (``h11/_abnf.py``): a field line is ``token ":" OWS value OWS``,
+the value runs of bytes that are neither NUL nor whitespace separated by spaces or tabs.
+Names are lowercased and values stripped as h11 does, so the ASGI scope's ``headers``
+are what h11 would have given.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 
 __all__ = [
     "LAST_CHUNK",
-    "LeanHead",
+    "Head",
     "ResponseHead",
     "chunk",
     "parse_head",
@@ -40,8 +41,12 @@ _HEADER_LINE = re.compile(
 )
 #: h11's ``status_line`` (h11/_abnf.py) for HTTP/1.1 only, compiled for bytes
 _STATUS_LINE = re.compile(rb"HTTP/1\.1 ([0-9]{3})(?: (?:[ \t]|[^\x00\s])*)?")
-#: header fields that the lean path leaves to h11 (framing, upgrades, expectations)
-_NOT_LEAN = frozenset((b"transfer-encoding", b"expect", b"upgrade", b"te", b"trailer"))
+#: an origin-form target whose path needs no unescaping (RFC 3986 pchar without
+#: pct-encoded), and its query (anything h11 accepts but ``#``)
+_PLAIN_TARGET = re.compile(rb"(/[-A-Za-z0-9._~!$&'()*+,;=:@/]*)(?:\?([\x21-\x22\x24-\x7e]*))?")
+_PLAIN_METHODS = frozenset((b"GET", b"POST"))
+#: header fields that are h11's to read (framing, upgrades, expectations)
+_LEFT_TO_H11 = frozenset((b"transfer-encoding", b"expect", b"upgrade", b"te", b"trailer"))
 _COMMON_NAMES = (
     b"accept",
     b"accept-encoding",
@@ -76,22 +81,26 @@ _MAX_LENGTH_DIGITS = 18
 _END = b"\r\n\r\n"
 
 
-class LeanHead:
-    """A request head the lean path serves (what :func:`parse_head` accepted)."""
+class Head:
+    """A plain request head (what :func:`parse_head` accepted)."""
 
-    __slots__ = ("headers", "keep_alive", "length", "method", "path", "size")
+    __slots__ = ("headers", "keep_alive", "length", "method", "path", "query", "size")
 
     def __init__(
         self,
         method: str,
         path: str,
+        query: bytes,
         headers: list[tuple[bytes, bytes]],
         length: int,
         keep_alive: bool,
         size: int,
     ) -> None:
         self.method = method
+        #: the target's path (no escapes in it: it is the ASGI ``path`` and ``raw_path``)
         self.path = path
+        #: what follows the target's ``?`` (b"" without one)
+        self.query = query
         #: (lowercased name, stripped value), in the order received (as h11 gives them)
         self.headers = headers
         #: the declared body length (0 without Content-Length)
@@ -102,18 +111,18 @@ class LeanHead:
         self.size = size
 
 
-def parse_head(
-    data: bytes, routes: Collection[tuple[bytes, bytes]], max_size: int
-) -> LeanHead | None:
-    """The head at the start of ``data`` if it is a plain, complete HTTP/1.1 request
-    for one of ``routes`` (``(method, path)``) of at most ``max_size`` bytes; else None
-    (then h11 parses it, and answers whatever is wrong with it)."""
+def parse_head(data: bytes, max_size: int) -> Head | None:
+    """The head at the start of ``data`` if it is a plain, complete HTTP/1.1 request of
+    at most ``max_size`` bytes (module docstring); else None."""
     end = data.find(_END, 0, max_size)
     if end < 0:
         return None
     lines = data[:end].split(b"\r\n")
     parts = lines[0].split(b" ")
-    if len(parts) != 3 or parts[2] != b"HTTP/1.1" or (parts[0], parts[1]) not in routes:
+    if len(parts) != 3 or parts[2] != b"HTTP/1.1" or parts[0] not in _PLAIN_METHODS:
+        return None
+    target = _PLAIN_TARGET.fullmatch(parts[1])
+    if target is None:
         return None
     headers = _header_fields(lines[1:])
     if headers is None:
@@ -124,9 +133,8 @@ def parse_head(
     length, keep_alive = framing
     if length and parts[0] != b"POST":
         return None
-    return LeanHead(
-        parts[0].decode("ascii"), parts[1].decode("ascii"), headers, length, keep_alive, end + 4
-    )
+    path, query = target[1].decode("ascii"), target[2] or b""
+    return Head(parts[0].decode("ascii"), path, query, headers, length, keep_alive, end + 4)
 
 
 def _header_fields(lines: list[bytes]) -> list[tuple[bytes, bytes]] | None:
@@ -139,7 +147,7 @@ def _header_fields(lines: list[bytes]) -> list[tuple[bytes, bytes]] | None:
             return None
         raw = m[1]
         name = _LOWER.get(raw) or raw.lower()
-        if name in _NOT_LEAN:
+        if name in _LEFT_TO_H11:
             return None
         headers.append((name, m[2]))
     return headers
@@ -170,7 +178,7 @@ def _tokens(value: bytes) -> list[bytes]:
     return [t for t in (part.strip() for part in value.lower().split(b",")) if t]
 
 
-# --------------------------------------------------------------------------- upstream
+# --------------------------------------------------------------------------- an upstream's answer
 
 
 class ResponseHead:
@@ -255,7 +263,7 @@ def parse_response_head(data: bytes, max_size: int) -> ResponseHead | None:
     return ResponseHead(status, headers, chunked, length, keep_alive, end + 4)
 
 
-# --------------------------------------------------------------------------- answers
+# --------------------------------------------------------------------------- our answers
 
 #: the end of a chunked body
 LAST_CHUNK = b"0\r\n\r\n"
@@ -265,13 +273,14 @@ def response_head(
     status: int, headers: Iterable[tuple[bytes, bytes]], *, close: bool
 ) -> tuple[bytes, bool]:
     """The response head (the status line, then ``headers`` as given) and whether its
-    body is chunked, framed as h11 frames it: without ``Content-Length`` the body is
-    chunked and ``Transfer-Encoding: chunked`` comes last; ``close`` (the client asked
-    for it) drops the ``Connection`` fields and ends the head with ``Connection:
-    close``. A field that could split the head (CR, LF or NUL in a value, a name that
-    is not a token) raises ``ValueError``: the app's bug, never sent."""
+    body is chunked, framed as h11 frames it for a ``GET`` or ``POST``: without
+    ``Content-Length`` the body is chunked and ``Transfer-Encoding: chunked`` comes last
+    (a 204 or 304 has no body: nothing is added); ``close`` drops the ``Connection``
+    fields and ends the head with ``Connection: close``. A field that could split the
+    head (CR, LF or NUL in a value, a name that is not a token) raises ``ValueError``:
+    the app's bug, never sent."""
     out = [b"HTTP/1.1 %d \r\n" % status]
-    chunked = True
+    chunked = status not in (204, 304)
     for name, value in headers:
         lower = name.lower()
         if lower == b"content-length":

@@ -1,4 +1,4 @@
-"""The lean client's response-head parser (gateway.h1lean.parse_response_head) against
+"""The upstream client's response-head parser (gateway.http.h1.parse_response_head) against
 h11, its reference.
 
 An upstream's head that the parser accepts must be one h11 accepts as the answer to a
@@ -16,8 +16,8 @@ from h11._connection import _body_framing, _keep_alive
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.h1lean import parse_response_head
-from tests.unit.test_h1lean import mutations
+from gateway.http.h1 import parse_response_head
+from tests.unit.test_h1 import mutations
 
 MAX = 16 * 1024
 SSE_HEAD = (

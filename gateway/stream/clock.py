@@ -1,9 +1,9 @@
 """One timer task for every relayed stream of a trio run, instead of one task each.
 
 A stream needs a timer for two things: a keep-alive after ``keepalive_seconds`` of
-silence and the end of a stream silent past its bound (:mod:`gateway.relay`). A task
-per stream for that cost ≈ 2.6 KiB (the task, its cancel scope) and a spawn per
-request; here a stream is an entry in one heap. The clock's task sleeps until the
+silence and the end of a stream silent past its bound (:mod:`gateway.stream.relay`);
+here a stream is an entry in one heap (why not a task per stream: docs/benchmarks.md,
+round 6). The clock's task sleeps until the
 earliest entry is due and calls its ``due(now)``, which says when it is due next
 (or ``None``: done). A stream that got data meanwhile is not touched: its ``due``
 looks at the time itself and sets its next moment (no heap work per item).

@@ -2,8 +2,8 @@
 
 ``async with Relay(source, stage, front, opts) as outputs: async for out in outputs``
 is how a response body is sent (Quart sends a body as ``async with body as it: async
-for chunk in it``, see :class:`gateway.web.ChannelBody`) and how a background run is
-journaled. The parts:
+for chunk in it``, see :class:`gateway.http.replies.ChannelBody`) and how a background
+run is journaled. The parts:
 
 * a **source** yields what one read brought (:mod:`gateway.sources`: the upstream's
   SSE events, a run's journal, the gateway's run events seen from the proxy), ``None``
@@ -16,34 +16,30 @@ journaled. The parts:
   or ``cancel``, whose output is the stream's last write.
 
 Entering the relay first does, in the consuming task, what needs no wait: the front's
-start and every item a source with a ``read_nowait`` already holds (the lean upstream
-client's bytes that came with the response head). A stream that ends there (a short
-answer) is queued whole, with no task, nursery or scheduler round.
+start and every item a source with a ``read_nowait`` already holds. A stream that ends
+there (a short answer) is queued whole, with no task or nursery.
 
 A **pull-safe** source (``pull_safe``, ``interrupt()``: a waiting read can be woken
-having taken nothing; the lean upstream client's) is then read by the consumer
-itself, one read each time its queue is empty: read, feed, encode, return; no
-producer task, nursery, event or hand-over per event (a held stream is one task, not
-two; a paced event one scheduler step, not two), and no cancel scope per read:
-:meth:`Relay.stop`, the timeouts and a keep-alive interrupt the read only while it
-waits (the stream then goes on, or its terminal is written); what one read brought is
-one output, as with the producer.
+having taken nothing) is then read by the consumer itself, one read each time its
+queue is empty: read, feed, encode, return; no producer task, and no cancel scope per
+read: :meth:`Relay.stop`, the timeouts and a keep-alive interrupt the read only while
+it waits (the stream then goes on, or its terminal is written); what one read brought
+is one output, as with the producer.
 
-Any other source: entering
-opens a nursery in the task that consumes it (see STACK-NOTES: never yield from inside
-a nursery in a body generator; a context manager entered and exited by the sending
-task is safe). One producer task reads, feeds the stage, encodes
-and queues the output without a checkpoint while there is room (``send_nowait``), so
+Any other source: entering opens a nursery in the task that consumes it (see
+STACK-NOTES: never yield from inside a nursery in a body generator; a context manager
+entered and exited by the sending task is safe). One producer task reads, feeds the
+stage, encodes and queues the output without a checkpoint while there is room, so
 everything that arrived in one socket read leaves in one write; the consumer joins
-what is already queued and never waits for more, so nothing is delayed. The stream's
-one timer (an entry in the run's :mod:`gateway.streamclock`, which also watches the
-drain: no task of its own) queues a keep-alive only after
-``keepalive_seconds`` of real silence; silence longer than ``idle_timeout_seconds``
-(``first_byte_seconds`` before the first item) ends the stream with
-``upstream_timeout``; the consumer waits without a deadline (no timer per item). A drain, an idle timeout or :meth:`Relay.stop` cancels a
-pending read at once; stage work under way is never interrupted. Every exit path
-writes a terminal output; the consumer leaving (client gone) cancels the producer and
-closes the source.
+what is already queued and never waits for more, so nothing is delayed.
+
+The stream's one timer (an entry in the run's :mod:`gateway.stream.clock`, which also
+watches the drain) queues a keep-alive only after ``keepalive_seconds`` of real
+silence; silence longer than ``idle_timeout_seconds`` (``first_byte_seconds`` before
+the first item) ends the stream with ``upstream_timeout``; the consumer waits without
+a deadline. A drain, an idle timeout or :meth:`Relay.stop` cancels a pending read at
+once; stage work under way is never interrupted. Every exit path writes a terminal
+output; the consumer leaving (client gone) cancels the producer and closes the source.
 """
 
 from __future__ import annotations
@@ -59,8 +55,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import trio
 
 from gateway.errors import Draining, GatewayError, UpstreamError
-from gateway.handoff import Handoff
-from gateway.streamclock import TimerHandle, clock
+from gateway.stream.clock import TimerHandle, clock
 
 __all__ = ["CANCELLED", "Front", "Relay", "RelayOptions", "Source", "Stage", "StageStep"]
 
@@ -179,7 +174,11 @@ class Relay(Generic[In, Ev, Out]):
         self._stage = stage
         self._front = front
         self._opts = opts or RelayOptions()
-        self._out: Handoff[Out] = Handoff(OUT_BUFFER)
+        self._send: trio.MemorySendChannel[Out]
+        self._recv: trio.MemoryReceiveChannel[Out]
+        self._send, self._recv = trio.open_memory_channel(OUT_BUFFER)
+        self._queued = 0  # outputs in the channel
+        self._ended = False  # the producer closed its side (the terminal is queued)
         self._nursery_cm: AbstractAsyncContextManager[trio.Nursery] | None = None
         self._nursery: trio.Nursery | None = None
         self._read_scope: trio.CancelScope | None = None
@@ -230,7 +229,7 @@ class Relay(Generic[In, Ev, Out]):
                     raise failure
                 return False
             assert self._nursery is not None
-            if not self._out.send_closed:  # the producer has more: abandon it (trio's
+            if not self._ended:  # the producer has more: abandon it (trio's
                 # cancel formats the current task's repr for its reason: not for nothing)
                 self._nursery.cancel_scope.cancel()
             try:
@@ -244,7 +243,7 @@ class Relay(Generic[In, Ev, Out]):
     async def _release(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        self._out.close_receive()
+        self._recv.close()
         if self._opts.on_held is not None:
             self._opts.on_held(0)
         close_nowait = getattr(self._source, "close_nowait", None)
@@ -277,7 +276,7 @@ class Relay(Generic[In, Ev, Out]):
                     await self._terminal(self._stop[0])
                     break
                 reads += 1
-                if reads >= INLINE_READS or len(self._out) > OUT_BUFFER - 2:
+                if reads >= INLINE_READS or self._queued > OUT_BUFFER - 2:
                     return False
                 try:
                     item = read_nowait()
@@ -289,7 +288,7 @@ class Relay(Generic[In, Ev, Out]):
         except Exception as exc:  # a bug: raised on exit, after what is queued (as the
             self._failure = exc  # producer's would be), not from the entry: the body's
             # exit (its on_close) still runs and the client gets what was queued
-        self._out.close_send()
+        self._end()
         self._begin()
         return True
 
@@ -304,7 +303,7 @@ class Relay(Generic[In, Ev, Out]):
         return self
 
     async def __anext__(self) -> Out:
-        recv = self._out
+        recv = self._recv
         while True:  # the next output, waited for (never inside an ``except``: the
             # exception and its frames would stay alive for as long as the stream waits)
             try:
@@ -322,12 +321,11 @@ class Relay(Generic[In, Ev, Out]):
                 break
             except trio.EndOfChannel:
                 raise StopAsyncIteration from None
+        self._queued -= 1
         parts: list[Out] | None = None
-        while True:  # outputs already queued go out together (never wait for more)
-            try:
-                more = recv.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel):
-                break
+        while self._queued:  # outputs already queued go out together (never wait for more)
+            more = recv.receive_nowait()
+            self._queued -= 1
             if parts is None:
                 parts = [first]
             parts.append(more)
@@ -335,6 +333,11 @@ class Relay(Generic[In, Ev, Out]):
             return first
         joined: Out = self._opts.join(parts)
         return joined
+
+    def _end(self) -> None:
+        """The producer is done: the consumer gets the end once the queue is empty."""
+        self._ended = True
+        self._send.close()
 
     async def first_step(self) -> None:
         """Wait until the producer has done what it could without waiting: it began a
@@ -347,8 +350,8 @@ class Relay(Generic[In, Ev, Out]):
 
     async def _pull_once(self) -> None:
         """The producer's loop, one read at a time, in the consuming task (pull mode):
-        read, feed, queue; or the terminal. No cancel scope per read (≈ a fifth of a
-        paced event's cost): :meth:`stop` and a keep-alive wake a read that waits with
+        read, feed, queue; or the terminal. No cancel scope per read: :meth:`stop` and
+        a keep-alive wake a read that waits with
         the source's ``interrupt()``, and that read raises :class:`trio.WouldBlock`
         having taken nothing."""
         try:
@@ -362,14 +365,14 @@ class Relay(Generic[In, Ev, Out]):
                 finally:
                     self._reading = False
                 if not isinstance(item, _Nothing) and await self._handle(item):
-                    self._out.close_send()
+                    self._end()
                     return
             if self._stop is not None:
                 await self._terminal(self._stop[0])
-                self._out.close_send()
+                self._end()
         except GatewayError as exc:
             await self._terminal(exc)
-            self._out.close_send()
+            self._end()
 
     def _begin(self) -> None:
         begun = self._begun
@@ -379,7 +382,7 @@ class Relay(Generic[In, Ev, Out]):
 
     def ready(self) -> bool:
         """Would ``__anext__`` return without waiting (output queued, or the end)?"""
-        return len(self._out) > 0 or self._out.send_closed
+        return self._queued > 0 or self._ended
 
     def _limit(self) -> float:
         """The silence allowed now: before the first item the first-byte bound."""
@@ -396,7 +399,7 @@ class Relay(Generic[In, Ev, Out]):
         return tick
 
     def due(self, now: float) -> float | None:
-        """The stream's one timer (:mod:`gateway.streamclock`): a keep-alive after
+        """The stream's one timer (:mod:`gateway.stream.clock`): a keep-alive after
         ``keepalive_seconds`` of real silence (queued only while nothing else is), and
         silence past the bound ends the stream, at its own time. Called only at the
         moments :meth:`_next` asked for; it then looks at what arrived meanwhile: no
@@ -421,14 +424,15 @@ class Relay(Generic[In, Ev, Out]):
         if max(self._last_data, self._last_tick) + keepalive > now:
             return  # data arrived meanwhile (or the bound is not reached): wait on
         self._last_tick = now
-        if len(self._out):
+        if self._queued:
             return  # output is waiting to be sent: no ping needed
         ping = self._front.keepalive()
         if ping:
             with contextlib.suppress(
                 trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError
             ):
-                self._out.send_nowait(ping)
+                self._send.send_nowait(ping)
+                self._queued += 1
                 if self._pull:  # the consumer waits in the read: let it send the ping
                     self._cancel_read()
 
@@ -452,11 +456,17 @@ class Relay(Generic[In, Ev, Out]):
         if not out:
             return
         try:
-            self._out.send_nowait(out)
+            self._send.send_nowait(out)
+            self._queued += 1
             return
         except trio.WouldBlock:
             pass
-        await self._out.send(out)  # (outside the except: see _first)
+        self._queued += 1  # counted before: a consumer can take it before this task resumes
+        try:
+            await self._send.send(out)  # (outside the except: the exception would live on)
+        except BaseException:
+            self._queued -= 1
+            raise
 
     async def _produce(self) -> None:
         try:
@@ -467,12 +477,12 @@ class Relay(Generic[In, Ev, Out]):
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the consumer left
         finally:
-            self._out.close_send()
+            self._end()
             self._begin()
 
     async def _loop(self) -> None:
-        # One cancel scope for many reads (a scope per read cost as much as the rest
-        # of a read): stop() cancels it only while a read is pending (``_reading``), so
+        # One cancel scope for many reads (not one per read: docs/benchmarks.md, round
+        # 6): stop() cancels it only while a read is pending (``_reading``), so
         # stage work is never interrupted; an item that came back from a read the
         # scope was cancelled under is handled outside it.
         while True:
