@@ -204,11 +204,15 @@ def test_every_operation_is_fuzzed() -> None:
 
 def _known_good(server: str, base_url: str, key: str, label: str, **parts: Any) -> Any:
     """One hand-made valid request (generated ones rarely name the demo's model or a
-    run that exists): its answer must conform too."""
+    run that exists): its answer must conform too. Through the proxy it names an Open
+    WebUI user (a chat without one is refused unless proxy.allow_anonymous)."""
     operation = SCHEMAS[server].find_operation_by_label(label)
     assert operation is not None
     case = operation.Case(**parts)
-    response = case.call(base_url=base_url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    headers = {"Authorization": f"Bearer {key}"}
+    if server == "proxy":
+        headers["X-OpenWebUI-User-Id"] = "fuzz-user"
+    response = case.call(base_url=base_url, headers=headers, timeout=30)
     assert response.status_code < 400, _describe(case, response)
     case.validate_response(response, checks=CHECKS)
     return response

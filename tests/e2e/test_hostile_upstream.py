@@ -334,6 +334,7 @@ async def test_event_keys_and_unknown_keys_never_reach_a_client(
                 "stream": True,
                 "download_link_mode": "public",
             },
+            headers={"X-OpenWebUI-User-Id": "u-1"},
         )
     for resp in (direct, proxied):
         assert resp.status_code == 200
