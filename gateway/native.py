@@ -29,7 +29,14 @@ import trio
 
 from gateway.errors import GatewayError, UpstreamError
 from gateway.events import Event, Finish, ToolCall, ToolProgress, ToolResult, Usage
-from gateway.pipeline import MAX_TOOL_CALLS, ChatPipeline, LinkResolver, PipelineSettings, Step
+from gateway.pipeline import (
+    MAX_TOOL_CALLS,
+    STATUS_CHARS,
+    ChatPipeline,
+    LinkResolver,
+    PipelineSettings,
+    Step,
+)
 from gateway.reports import paths_in, response_item_texts, run_event_texts
 from gateway.shapes import JSONTooDeep, check_id, check_name, loads_bounded
 from gateway.sse import SSEEvent
@@ -154,6 +161,8 @@ class _NativePipeline(ChatPipeline):
     ) -> None:
         super().__init__(resolver, settings, pause=pause)
         self.ended = False  #: the upstream said the answer is complete
+        #: the agent's own ids of this answer, never shown: masked in what it reports
+        self.hidden: list[str] = []
         self._tools = 0
 
     async def feed(self, events: list[SSEEvent]) -> Step:
@@ -204,7 +213,10 @@ class _NativePipeline(ChatPipeline):
 
     async def _reported_error(self, message: object, code: str) -> UpstreamError:
         text = message if isinstance(message, str) and message else "the agent failed"
-        text = (await self.text(text, name_only=True))[:500]
+        text = await self.text(text, name_only=True)
+        for uid in self.hidden:
+            text = text.replace(uid, "<the agent's id>")
+        text = text[:500]
         return UpstreamError(f"The upstream agent reported: {text}", code=code)
 
 
@@ -233,6 +245,8 @@ class ResponsesEventsPipeline(_NativePipeline):
             resp = obj.get("response")
             if self.upstream_id is None and isinstance(resp, dict):
                 self.upstream_id = check_id(resp.get("id"))
+                if self.upstream_id is not None:
+                    self.hidden.append(self.upstream_id)
         elif kind in ("response.output_item.added", "response.output_item.done"):
             item = obj.get("item")
             if isinstance(item, dict):
@@ -355,7 +369,7 @@ class RunEventsPipeline(_NativePipeline):
             return
         self._report(run_event_texts(obj))
         preview = obj.get("preview")  # a status line: every path its name, never a link
-        text = self.names(preview)[:500] if isinstance(preview, str) else ""
+        text = self.names(preview, STATUS_CHARS) if isinstance(preview, str) else ""
         self._open.append((name, index))
         out.append(ToolProgress(index, name, "started", text))
 

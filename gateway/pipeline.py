@@ -92,6 +92,10 @@ TEMPLATE_TRIES = 4
 #: the lowest log-probability relayed (-Infinity is not JSON)
 _LOWEST = -sys.float_info.max
 MAX_TOOL_CALLS = 1024
+#: characters of a tool's status line shown (a label, a preview: every path its name)
+STATUS_CHARS = 500
+#: how many times :data:`STATUS_CHARS` of a status line are read (``names(limit=)``)
+NAMES_READ = 4
 #: the Hermes agent's named event of a tool's progress (reports the files it writes)
 TOOL_PROGRESS = "hermes.tool.progress"
 #: its ``status`` values as :class:`~gateway.events.ToolProgress` statuses
@@ -278,12 +282,18 @@ class Scrubber:
             self.failure = exc
             return {}
 
-    def names(self, text: str) -> str:
-        """One-shot rewrite of a short string, every path its name (no link, no pause)."""
-        if not could_contain_path(text):
-            return text
-        rw = self.rewriter()
-        return rw.feed(text) + rw.flush()
+    def names(self, text: str, limit: int | None = None) -> str:
+        """One-shot rewrite of a short string, every path its name (no link, no pause).
+        With ``limit``, at most that many characters come out and only the first
+        :data:`NAMES_READ` times ``limit`` are read (a status line from upstream can be
+        a megabyte: read whole, it would hold the loop for seconds); a path cut there
+        ends in part of its name, never more of it."""
+        if limit is not None:
+            text = text[: NAMES_READ * limit]
+        if could_contain_path(text):
+            rw = self.rewriter()
+            text = rw.feed(text) + rw.flush()
+        return text if limit is None else text[:limit]
 
     def identifier(self, text: str) -> str:
         """An identifier (a model id): :func:`gateway.rewrite.scrub_identifier`, kept
@@ -614,8 +624,10 @@ class ChatPipeline(Scrubber):
                 return None
             index = self._tool_numbers[key] = len(self._tool_numbers)
         label = data.get("label")
-        preview = self.names(label) if isinstance(label, str) and status == "started" else ""
-        return ToolProgress(index, name, status, preview[:500])
+        preview = ""
+        if isinstance(label, str) and status == "started":
+            preview = self.names(label, STATUS_CHARS)
+        return ToolProgress(index, name, status, preview)
 
     async def chunk(self, obj: dict[str, Any]) -> list[Event]:
         """One ``chat.completion.chunk`` object → events."""

@@ -52,6 +52,7 @@ from gateway.trust import verify_context
 
 __all__ = [
     "MAX_ERROR_BODY",
+    "SESSION_KEY",
     "JSONAnswer",
     "Models",
     "Readiness",
@@ -334,6 +335,10 @@ class JSONAnswer:
 _SSE = (("Accept", "text/event-stream"), ("Accept-Encoding", "identity"))
 
 
+#: the header that scopes the Hermes agent's long-term memory (one scope per principal)
+SESSION_KEY = "X-Hermes-Session-Key"
+
+
 class Upstream:
     """The configured upstream, through one :class:`~gateway.httpclient.HTTPClient`.
 
@@ -366,6 +371,19 @@ class Upstream:
         )
         self._ready: tuple[float, Readiness] | None = None
         self._ready_lock = trio.Lock()
+        self._session_keys = bool(cfg.api_key)
+
+    def principal_headers(self, principal_id: str) -> list[tuple[str, str]]:
+        """The headers naming the requester to the upstream: ``X-Gateway-Principal``
+        and, when the gateway authenticates to it, :data:`SESSION_KEY` (the Hermes
+        agent scopes its long-term memory by it and refuses it, 403, from a client
+        without its API key). Every request on a principal's behalf carries them."""
+        if not principal_id:
+            return []
+        named = [("X-Gateway-Principal", principal_id)]
+        if self._session_keys:
+            named.append((SESSION_KEY, principal_id))
+        return named
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -400,7 +418,7 @@ class Upstream:
             "POST",
             "/chat/completions",
             content=content,
-            headers=(*self._chat_headers, ("X-Gateway-Principal", principal_id)),
+            headers=(*self._chat_headers, *self.principal_headers(principal_id)),
             key=principal_id,
             deadline=self._deadline(),
         )
@@ -456,7 +474,7 @@ class Upstream:
         timeout_name: str = "upstream.first_byte_timeout_seconds",
     ) -> Response:
         content = b""
-        extra = [*headers, ("X-Gateway-Principal", principal_id)] if principal_id else [*headers]
+        extra = [*headers, *self.principal_headers(principal_id)]
         if body is not None:
             content = body if isinstance(body, bytes) else _json_bytes(self._body(body))
             extra.append(("Content-Type", "application/json"))

@@ -4,17 +4,17 @@ Used by :mod:`gateway.routes.responses` and :mod:`gateway.routes.runs` when
 :class:`gateway.native.NativeApis` says the upstream has them. What goes upstream is
 built here: the new input with the requester's own links mapped back to the agent's
 paths, the conversation the gateway holds, the upstream's own id of the previous
-response (looked up under the requester: another principal's is a 404), and
-``X-Hermes-Session-Key`` = the requester's opaque principal id, which scopes the
-agent's long-term memory per principal. The client never sees an upstream id: the
+response (looked up under the requester: another principal's is a 404); the
+upstream client adds the requester's headers (``Upstream.principal_headers``). The client never sees an upstream id: the
 gateway's fronts write their own (see docs/api.md, "Native relay").
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import trio
@@ -43,16 +43,10 @@ __all__ = [
 
 log = logging.getLogger("gateway.native")
 
-#: the header that scopes the Hermes agent's long-term memory (one scope per principal)
-SESSION_KEY = "X-Hermes-Session-Key"
 #: how often an adopted run's upstream state is asked for
 POLL_SECONDS = 2.0
 #: bounds of a best-effort call (a stop, a delete) at the end of something
 CLEANUP_SECONDS = 5.0
-
-
-def _headers(pid: str) -> list[tuple[str, str]]:
-    return [(SESSION_KEY, pid)]
 
 
 def _conversation(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -107,38 +101,61 @@ def runs_pipeline(st: GatewayState, resolver: LinkResolver) -> RunEventsPipeline
     return RunEventsPipeline(resolver, st.settings, pause=trio.lowlevel.checkpoint)
 
 
-async def open_native_response(st: GatewayState, body: dict[str, Any], pid: str) -> StreamResponse:
-    """The upstream's own Responses stream for ``body``."""
-    return await st.upstream.open_sse("POST", "/responses", pid, body=body, headers=_headers(pid))
+async def open_native_response(
+    st: GatewayState, body: dict[str, Any], pid: str, *, route: bool = True
+) -> StreamResponse:
+    """The upstream's own Responses stream for ``body`` (``route``: a 404 means a wrong
+    ``base_url``; with ``previous_response_id``, pass False: it may be that response's)."""
+    return await st.upstream.open_sse("POST", "/responses", pid, body=body, route=route)
 
 
 async def stop_upstream_response(st: GatewayState, upstream_id: str, pid: str) -> None:
     """Delete the upstream's copy of a response (best effort: logged, never raised)."""
     with trio.move_on_after(CLEANUP_SECONDS):
         try:
-            await st.upstream.request_json(
-                "DELETE", f"/responses/{upstream_id}", pid, headers=_headers(pid), route=False
-            )
+            await st.upstream.request_json("DELETE", f"/responses/{upstream_id}", pid, route=False)
         except GatewayError as exc:
             log.info("the upstream's copy of a response was not deleted: %s", exc.code)
 
 
+@contextlib.contextmanager
+def about_upstream(uid: str, kind: str) -> Iterator[None]:
+    """Around a call about one of the agent's own objects (``kind``: "run",
+    "response"): its id, which no client ever sees, is masked in the error's message;
+    a 404 is ``upstream_lost`` (the agent restarted or forgot it), not the agent's own
+    code about an object the client never named."""
+    try:
+        yield
+    except GatewayError as exc:
+        if exc.status == 404:
+            raise UpstreamError(
+                f"The upstream agent no longer has this {kind} (it restarted, or forgot it).",
+                code="upstream_lost",
+            ) from None
+        if uid in exc.message:
+            exc.message = exc.message.replace(uid, f"<the agent's {kind} id>")
+            exc.args = (exc.message,)
+        raise
+
+
 class NativeRun:
     """A run the upstream runs itself: ``POST /runs`` (its id noted in the run's record,
-    so another instance can follow it if this one stops), then its events."""
+    so another instance can follow it if this one stops), then its events. ``hidden``:
+    the stage's list of ids to mask (the run's id goes in it)."""
 
-    def __init__(self, st: GatewayState, rec: RunRecord, body: dict[str, Any], pid: str) -> None:
+    def __init__(
+        self, st: GatewayState, rec: RunRecord, body: dict[str, Any], pid: str, hidden: list[str]
+    ) -> None:
         self.st = st
         self.rec = rec
         self.body = body
         self.pid = pid
+        self.hidden = hidden
         self.upstream_id: str | None = None
 
     async def open(self) -> StreamResponse:
         st, pid = self.st, self.pid
-        answer = await st.upstream.request_json(
-            "POST", "/runs", pid, body=self.body, headers=_headers(pid)
-        )
+        answer = await st.upstream.request_json("POST", "/runs", pid, body=self.body)
         del self.body  # (not held for the run's length)
         uid = check_id(answer.data.get("run_id"))
         if uid is None:
@@ -147,10 +164,10 @@ class NativeRun:
                 code="upstream_bad_response",
             )
         self.upstream_id = uid
+        self.hidden.append(uid)
         await st.runs.note_upstream(self.rec, uid)
-        return await st.upstream.open_sse(
-            "GET", f"/runs/{uid}/events", pid, headers=_headers(pid), route=False
-        )
+        with about_upstream(uid, "run"):
+            return await st.upstream.open_sse("GET", f"/runs/{uid}/events", pid, route=False)
 
     async def ended(self, outcome: object) -> None:
         """The run ended here: unless it completed, stop it upstream too (a stop, a
@@ -162,9 +179,7 @@ class NativeRun:
 async def stop_upstream_run(st: GatewayState, upstream_id: str, pid: str) -> None:
     with trio.move_on_after(CLEANUP_SECONDS):
         try:
-            await st.upstream.request_json(
-                "POST", f"/runs/{upstream_id}/stop", pid, headers=_headers(pid), route=False
-            )
+            await st.upstream.request_json("POST", f"/runs/{upstream_id}/stop", pid, route=False)
         except GatewayError as exc:
             log.info("run %s: not stopped upstream (%s)", upstream_id, exc.code)
 
@@ -212,9 +227,7 @@ async def _wait_upstream_end(st: GatewayState, uid: str, pid: str) -> dict[str, 
     failures = 0
     while True:
         try:
-            answer = await st.upstream.request_json(
-                "GET", f"/runs/{uid}", pid, headers=_headers(pid), route=False
-            )
+            answer = await st.upstream.request_json("GET", f"/runs/{uid}", pid, route=False)
         except NotFound:
             return None
         except GatewayError as exc:

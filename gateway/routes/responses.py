@@ -25,7 +25,7 @@ import trio
 from quart import Blueprint, Response, current_app, request
 
 from gateway.auth import Caller, effective_link_mode
-from gateway.errors import GatewayError, NotFound, RequestError
+from gateway.errors import GatewayError, NotFound, RequestError, UpstreamError
 from gateway.fronts.responses import (
     ResponsesEncoder,
     ResponsesJournalFront,
@@ -47,6 +47,7 @@ from gateway.routes._common import (
     relay_response,
 )
 from gateway.routes._native import (
+    about_upstream,
     native_responses_body,
     open_native_response,
     responses_pipeline,
@@ -256,6 +257,40 @@ async def _native_history(
     return None, await _history(st, owner, b)
 
 
+def _native_opener(
+    st: GatewayState,
+    owner: str,
+    b: dict[str, Any],
+    new: list[dict[str, Any]],
+    ubody: dict[str, Any],
+    pid: str,
+) -> Callable[[], Awaitable[StreamResponse]]:
+    """Opens the agent's stream for ``ubody``. When that names the agent's own previous
+    response and the agent no longer has it (Hermes keeps its last 100 responses, of
+    all users together: a 404), the request goes again with the conversation the
+    gateway holds (the previous response's chain) in its place."""
+    upstream_prev = ubody.get("previous_response_id")
+    prev_id = _previous_id(b)
+    if not isinstance(upstream_prev, str) or prev_id is None:
+        return partial(open_native_response, st, ubody, pid)
+
+    async def open_() -> StreamResponse:
+        try:
+            with about_upstream(upstream_prev, "response"):
+                return await open_native_response(st, ubody, pid, route=False)
+        except UpstreamError as exc:
+            if exc.code != "upstream_lost":
+                raise
+        max_bytes = st.config.limits.history_max_bytes
+        chain = await trio.to_thread.run_sync(_chain, st.store, owner, prev_id, max_bytes)
+        history = trim_history(chain or [], max_bytes)
+        prepared = await prepare_messages(st, owner, [*history, *new])
+        again = native_responses_body(b, prepared[len(history) :], prepared[: len(history)], None)
+        return await open_native_response(st, again, pid)
+
+    return open_
+
+
 async def _native(
     st: GatewayState,
     caller: Caller,
@@ -282,10 +317,10 @@ async def _native(
     async def keep(outcome: object = "completed") -> None:
         await _keep(st, caller.owner, b, turn, front, pipeline.upstream_id)
 
+    opener = _native_opener(st, caller.owner, b, new, ubody, pid)
     if background:
-        opener = partial(open_native_response, st, ubody, pid)
         return await _background(st, caller, b, front, opener, pipeline, keep, stream)
-    resp = await open_stream(st, partial(open_native_response, st, ubody, pid))
+    resp = await open_stream(st, opener)
     if stream:
         return sse_response(pipeline_body(st, ROUTE, resp, pipeline, front, on_outcome=keep))
     # a non-streamed request: the same stream, collected here

@@ -144,8 +144,9 @@ async def _upstream(
             await prepare_messages(st, owner, new),
             await prepare_messages(st, owner, history),
         )
-        native = NativeRun(st, rec, ubody, pid)
-        return native.open, runs_pipeline(st, resolver), native.ended
+        stage = runs_pipeline(st, resolver)
+        native = NativeRun(st, rec, ubody, pid, stage.hidden)
+        return native.open, stage, native.ended
     messages = await prepare_messages(st, owner, [*history, *new])
     ubody = upstream_run_body(b, model, messages, pid)
     return partial(st.upstream.open_chat_stream, ubody, pid), st.pipeline(resolver), None

@@ -96,10 +96,23 @@ async def test_the_request_on_the_wire() -> None:
     assert named[b"host"] == srv.url.split("//")[1].encode()
     assert named[b"authorization"] == b"Bearer sk-up"
     assert named[b"x-gateway-principal"] == b"principal-1"
+    assert named[b"x-hermes-session-key"] == b"principal-1"  # memory scoped per principal
     assert named[b"accept"] == b"text/event-stream"
     assert named[b"content-type"] == b"application/json"
     assert int(named[b"content-length"]) == len(body)
     assert b"cookie" not in named
+
+
+async def test_no_session_key_without_an_api_key() -> None:
+    """The Hermes agent answers 403 to ``X-Hermes-Session-Key`` from a client without
+    its API key: without one, the gateway sends none (on any route)."""
+    async with raw_server(lambda n: [HEAD + BODY]) as srv:
+        u = upstream(srv.url)
+        await events_of(u)
+        await u.aclose()
+    head = srv.requests[0].partition(b"\r\n\r\n")[0].lower()
+    assert b"x-gateway-principal: principal-1" in head
+    assert b"x-hermes-session-key" not in head
 
 
 def _sse(body: bytes, *head: bytes) -> bytes:

@@ -17,7 +17,8 @@ from gateway.fronts.chat import ChatEncoder
 from gateway.fronts.openwebui import OpenWebUIEncoder
 from gateway.fronts.responses import ResponsesEncoder
 from gateway.fronts.runs import RunEncoder
-from gateway.pipeline import ChatPipeline
+from gateway.native import RunEventsPipeline
+from gateway.pipeline import NAMES_READ, STATUS_CHARS, ChatPipeline
 from gateway.sse import SSEDecoder, SSEEvent
 from tests.pipegen import StubLinks, run_sync
 
@@ -103,3 +104,36 @@ def test_responses_front_closes_a_call_with_its_output() -> None:
     ]
     assert final["output"][2] == {**final["output"][2], "call_id": "call_1", "status": "completed"}
     assert sum(e["type"] == "response.output_item.done" for e in end) == 1  # the message only
+
+
+def test_a_megabyte_status_line_is_read_only_at_its_start() -> None:
+    """A hostile upstream's tool label or preview can be as long as an event may be
+    (1 MiB): only its start is rewritten (read whole, ``names`` held the loop for
+    seconds, red team), and a path cut there shows part of its name, no folder."""
+    label = f"/home/{SECRET}/" + "deep/" * 200_000
+    chat, native = ChatPipeline(StubLinks()), RunEventsPipeline(StubLinks())
+    fed: list[int] = []
+    for pipe in (chat, native):
+        make = pipe.rewriter
+
+        def counting(*a: Any, _make: Any = make, **kw: Any) -> Any:
+            rw = _make(*a, **kw)
+            feed = rw.feed
+
+            def feed_counted(text: str) -> str:
+                fed.append(len(text))
+                return feed(text)
+
+            rw.feed = feed_counted
+            return rw
+
+        pipe.rewriter = counting  # type: ignore[method-assign]
+    chat_step = run_sync(chat.feed([progress("running", label)]))
+    started = {"event": "tool.started", "tool": "terminal", "preview": label}
+    native_step = run_sync(native.feed([SSEEvent(json.dumps(started))]))
+    previews = [
+        e.preview for e in (*chat_step.events, *native_step.events) if isinstance(e, ToolProgress)
+    ]
+    assert len(previews) == 2 and fed and max(fed) <= NAMES_READ * STATUS_CHARS
+    for preview in previews:
+        assert 0 < len(preview) <= STATUS_CHARS and SECRET not in preview and "/" not in preview

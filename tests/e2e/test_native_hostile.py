@@ -1,0 +1,282 @@
+"""The native relay (docs/api.md, "Native relay") against a hostile or failing agent.
+
+The contract: the agent's own ids never reach a client, an ordinary failure of the
+agent (a restart, a forgotten response) is not blamed on the configuration, and no
+client's header reaches the agent (red-team findings of issue 34, kept as regressions).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import trio
+
+from harness.transport import Scripted
+from tests.conftest import ALICE_KEY, BOB_KEY, Gateway, make_config, start_gateway
+from tests.hostile_agent import (
+    UPSTREAM_SECRET_RESP,
+    UPSTREAM_SECRET_RUN,
+    HostileAgent,
+    js,
+    responses_ok,
+    run_started,
+    sse,
+)
+
+
+async def native_gw(nursery: trio.Nursery, tmp: Path, agent: HostileAgent, **over) -> Gateway:
+    config = make_config(tmp, "http://agent.test/v1", upstream={"apis": "native"}, **over)
+    return await start_gateway(nursery, config, transport=agent.transport)
+
+
+async def run_to_end(gw: Gateway, key: str = ALICE_KEY) -> tuple[str, str]:
+    async with gw.client(key) as c:
+        r = await c.post("/v1/runs", json={"model": "agent", "input": "go"})
+        assert r.status_code == 202, r.text
+        rid = r.json()["run_id"]
+        with trio.fail_after(20):
+            ev = await c.get(f"/v1/runs/{rid}/events")
+        summary = await c.get(f"/v1/runs/{rid}")
+    return ev.text, summary.text
+
+
+async def test_run_events_5xx_does_not_leak_the_upstream_run_id(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """The agent accepted the run, then its events URL fails with 500 (Hermes
+    restarting, a proxy in front of it): the run fails, and neither its events nor its
+    summary name the URL's run id."""
+    agent = HostileAgent()
+    agent.on("POST /v1/runs", run_started())
+    agent.on("GET /v1/runs/*/events", js({"error": {"message": "boom"}}, 500))
+    agent.on("POST /v1/runs/*/stop", js({}))
+    gw = await native_gw(nursery, tmp_path, agent)
+    events, summary = await run_to_end(gw)
+    assert "run.failed" in events
+    leaks = [
+        w
+        for w, t in (("events", events), ("GET /v1/runs/{id}", summary))
+        if UPSTREAM_SECRET_RUN in t
+    ]
+    assert not leaks, f"the upstream's run id reached the client in: {leaks}\n{events[-600:]}"
+
+
+async def test_run_events_404_does_not_leak_the_upstream_run_id(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """Hermes answers its own 404 for an events stream it no longer has (``Run not
+    found: <id>``, code run_not_found: a restart between POST /runs and GET /events):
+    the client reads ``upstream_lost``, not the agent's code or id."""
+    agent = HostileAgent()
+    agent.on("POST /v1/runs", run_started())
+    agent.on(
+        "GET /v1/runs/*/events",
+        js(
+            {
+                "error": {
+                    "message": f"Run not found: {UPSTREAM_SECRET_RUN}",
+                    "code": "run_not_found",
+                }
+            },
+            404,
+        ),
+    )
+    agent.on("POST /v1/runs/*/stop", js({}))
+    gw = await native_gw(nursery, tmp_path, agent)
+    events, summary = await run_to_end(gw)
+    last = json.loads([ln for ln in events.splitlines() if ln.startswith("data: ")][-1][6:])
+    assert UPSTREAM_SECRET_RUN not in events + summary, last["error"]
+    assert last["error"]["code"] == "upstream_lost", last
+
+
+async def test_a_forgotten_previous_response_does_not_leak_or_blame_the_base_url(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """Hermes keeps 100 responses (one LRU for every principal). Once it forgot
+    alice's, it answers 404 ``Previous response not found: <its id>``: the gateway
+    sends the conversation it holds instead, and the chain goes on."""
+    agent = HostileAgent()
+    forgotten = [False]
+
+    def responses(req):  # first call answers; once forgotten, 404s like Hermes
+        body = json.loads(req.content)
+        if forgotten[0] and body.get("previous_response_id"):
+            pid = body["previous_response_id"]
+            return js(
+                {
+                    "error": {
+                        "message": f"Previous response not found: {pid}",
+                        "type": "invalid_request_error",
+                    }
+                },
+                404,
+            )
+        return Scripted([responses_ok("First answer.")])
+
+    agent.on("POST /v1/responses", responses)
+    gw = await native_gw(nursery, tmp_path, agent)
+    async with gw.client() as c:
+        r = await c.post("/v1/responses", json={"model": "agent", "input": "one", "stream": True})
+        assert r.status_code == 200
+        done = [json.loads(ln[6:]) for ln in r.text.splitlines() if ln.startswith("data: ")][-1]
+        rid = done["response"]["id"]
+        forgotten[0] = True
+        r2 = await c.post(
+            "/v1/responses", json={"model": "agent", "input": "two", "previous_response_id": rid}
+        )
+    problems = []
+    if UPSTREAM_SECRET_RESP in r2.text:
+        problems.append("the upstream's response id is in the error")
+    if "upstream_wrong_path" in r2.text:
+        problems.append("blames upstream.base_url (upstream_wrong_path) for a forgotten response")
+    if r2.status_code != 200:
+        problems.append(f"the chain broke: HTTP {r2.status_code}")
+    assert not problems, "; ".join(problems) + "\n" + r2.text
+    again = json.loads(agent.requests[-1].content)
+    assert "previous_response_id" not in again
+    assert [m["content"] for m in again["conversation_history"]] == ["one", "First answer."]
+
+
+async def test_client_hermes_headers_never_reach_the_agent(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """Bob sends Hermes's own session headers and the gateway's principal header
+    (as a hostile user trying to join alice's Hermes session / memory)."""
+    agent = HostileAgent()
+    agent.on("POST /v1/responses", Scripted([responses_ok("hi")]))
+    agent.on("POST /v1/runs", run_started())
+    agent.on(
+        "GET /v1/runs/*/events",
+        Scripted([sse({"event": "run.completed", "output": "ok", "usage": {}})]),
+    )
+    gw = await native_gw(nursery, tmp_path, agent)
+    evil = {
+        "X-Hermes-Session-Id": "alice-session",
+        "X-Hermes-Session-Key": "p_alice",
+        "X-Gateway-Principal": "p_alice",
+        "X-Hermes-Profile": "alice",
+    }
+    async with httpx.AsyncClient(
+        base_url=gw.url, headers={"Authorization": f"Bearer {BOB_KEY}", **evil}, timeout=30
+    ) as c:
+        await c.post("/v1/responses", json={"model": "agent", "input": "x", "stream": True})
+        r = await c.post(
+            "/v1/runs",
+            json={
+                "model": "agent",
+                "input": "x",
+                "session_id": "alice-session",
+                "conversation": "alice",
+                "previous_response_id": "x",
+            },
+        )
+        await c.get(f"/v1/runs/{r.json()['run_id']}/events")
+        await c.post(
+            "/v1/chat/completions",
+            json={"model": "agent", "messages": [{"role": "user", "content": "x"}]},
+        )
+    pid_bob = gw.app.gateway.signer.principal_id("bob")
+    for req in agent.requests:
+        if req.url.path.endswith(("/capabilities", "/models")):
+            continue
+        hdrs = {k.lower(): v for k, v in req.headers.items()}
+        assert hdrs.get("x-hermes-session-id") is None, (req.url.path, hdrs)
+        assert hdrs.get("x-hermes-session-key") in (None, pid_bob), (req.url.path, hdrs)
+        assert hdrs.get("x-gateway-principal") == pid_bob, (req.url.path, hdrs)
+        assert "x-hermes-profile" not in hdrs
+        body = req.content.decode()
+        assert "alice-session" not in body and '"conversation"' not in body, body
+
+
+async def test_upstream_answer_headers_do_not_reach_the_client(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """The agent answers with its session header, a cookie and a Location."""
+    agent = HostileAgent()
+    hdrs = {
+        "content-type": "text/event-stream",
+        "x-hermes-session-id": "sess_SECRET",
+        "set-cookie": "hermes=SECRET",
+        "x-hermes-error": "/root/.hermes/x",
+    }
+    agent.on("POST /v1/responses", Scripted([responses_ok("hi")], headers=hdrs))
+    gw = await native_gw(nursery, tmp_path, agent)
+    async with gw.client() as c:
+        for stream in (True, False):
+            r = await c.post(
+                "/v1/responses", json={"model": "agent", "input": "x", "stream": stream}
+            )
+            assert r.status_code == 200, r.text
+            flat = json.dumps(dict(r.headers)) + r.text
+            assert "SECRET" not in flat and ".hermes" not in flat, dict(r.headers)
+
+
+async def test_hostile_run_ids_and_response_ids_with_path_characters(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """Upstream ids that try to steer the gateway's later calls (a stop, a delete, a
+    poll) to another URL: path characters, a query, a fragment, 10 kB."""
+    bad_ids = [
+        "../responses/x",
+        "run%2F..%2Fx",
+        "a/../../b",
+        "x?y=1",
+        "x#y",
+        "r" * 10_000,
+        "",
+        None,
+        5,
+    ]
+    for i, bad in enumerate(bad_ids):
+        agent = HostileAgent()
+        agent.on("POST /v1/runs", js({"run_id": bad, "status": "started"}, 202))
+        gw = await native_gw(nursery, tmp_path / str(i), agent)
+        events, summary = await run_to_end(gw)
+        assert "run.failed" in events, events
+        paths = [r.url.raw_path.decode() for r in agent.requests]
+        assert all(p.startswith("/v1/") and ".." not in p and "%2F" not in p for p in paths), paths
+        if isinstance(bad, str) and len(bad) > 3:
+            assert bad not in events + summary
+
+
+async def test_every_route_scopes_the_agents_memory_per_principal(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """Chat and the native APIs alike carry X-Hermes-Session-Key = the requester's
+    principal id when the gateway has the agent's API key; without one (Hermes answers
+    the header 403 then) none."""
+    for key in ("sk-agent", ""):
+        agent = HostileAgent()
+        agent.on("POST /v1/chat/completions", js(CHAT_ANSWER))
+        agent.on("POST /v1/responses", Scripted([responses_ok("hi")]))
+        upstream = {"apis": "native", "api_key": key}
+        config = make_config(tmp_path / (key or "none"), "http://agent.test/v1", upstream=upstream)
+        gw = await start_gateway(nursery, config, transport=agent.transport)
+        async with gw.client(BOB_KEY) as c:
+            r = await c.post(
+                "/v1/chat/completions",
+                json={"model": "agent", "messages": [{"role": "user", "content": "x"}]},
+            )
+            assert r.status_code == 200, r.text
+            r = await c.post("/v1/responses", json={"model": "agent", "input": "x"})
+            assert r.status_code == 200, r.text
+        pid = gw.app.gateway.signer.principal_id("bob") if key else None
+        got = {
+            r.url.path: r.headers.get("x-hermes-session-key")
+            for r in agent.requests
+            if r.url.path.endswith(("/chat/completions", "/responses"))
+        }
+        assert got == {"/v1/chat/completions": pid, "/v1/responses": pid}, got
+
+
+CHAT_ANSWER = {
+    "id": "c",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "agent",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+    ],
+}
