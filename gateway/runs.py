@@ -379,9 +379,9 @@ class Runs:
             if after is not None and not local.lost:
                 with trio.CancelScope(shield=True):
                     await after(job.outcome)
-        except LeaseLost:
+        except* LeaseLost:  # (the nursery raises it in a group)
             log.warning("run %s: lease lost; another instance ended it", rec.id)
-        except Exception:
+        except* Exception:
             log.exception("run %s failed unexpectedly", rec.id)
             await job.crashed()
         finally:
@@ -415,9 +415,9 @@ class Runs:
                     with trio.CancelScope(shield=True):
                         await self.finish(rec, events, status, summarize(events))
                 nursery.cancel_scope.cancel()
-        except LeaseLost:
+        except* LeaseLost:  # (the nursery raises it in a group)
             log.warning("run %s: lease lost; another instance ended it", rec.id)
-        except Exception:
+        except* Exception:
             log.exception("run %s: following it upstream failed", rec.id)
         finally:
             self._local.pop(rec.id, None)

@@ -8,9 +8,11 @@ client's header reaches the agent (red-team findings of issue 34, kept as regres
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import httpx
+import pytest
 import trio
 
 from harness.transport import Scripted
@@ -280,3 +282,33 @@ CHAT_ANSWER = {
         {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
     ],
 }
+
+
+async def test_a_run_whose_lease_another_instance_took_is_not_a_crash(
+    nursery: trio.Nursery, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An instance that was paused past its lease (SIGSTOP, a frozen VM) finds another
+    holder when it writes again: the run ends here quietly (the other instance has it),
+    not "failed unexpectedly" with a traceback (the LeaseLost came in the nursery's
+    exception group, red team)."""
+    deltas = [sse({"event": "message.delta", "delta": f"tick {i} "}) for i in range(40)]
+    agent = HostileAgent()
+    agent.on("POST /v1/runs", run_started())
+    agent.on("GET /v1/runs/*/events", Scripted(deltas, delay=0.05))
+    agent.on("POST /v1/runs/*/stop", js({}))
+    gw = await native_gw(nursery, tmp_path, agent)
+    store = gw.app.gateway.store
+    async with gw.client() as c:
+        r = await c.post("/v1/runs", json={"model": "agent", "input": "go"})
+        rid = r.json()["run_id"]
+        with trio.fail_after(20):
+            while "tick 3" not in (await c.get(f"/v1/runs/{rid}")).text:  # noqa: ASYNC110
+                await trio.sleep(0.05)
+        later = time.time() + 3600  # as if this instance had been paused for an hour
+        taken = store.adopt_expired_runs(later, "the-other-instance", later + 60)
+        assert [t.id for t in taken] == [rid]
+        with trio.fail_after(20):
+            while not any("lease lost" in m for m in caplog.messages):  # noqa: ASYNC110
+                await trio.sleep(0.05)
+        await trio.sleep(0.3)
+    assert not any("failed unexpectedly" in m for m in caplog.messages), caplog.messages
