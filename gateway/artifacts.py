@@ -475,11 +475,18 @@ class ResponseLinks:
       share one check.
     * **Files the agent reports** (:meth:`report`: the paths its tool events say it
       writes) need no mention: :meth:`seal` links them when they are servable then.
+      So does a path mentioned only before its file existed ("I'll save the table to
+      <path>", then the tool writes it): its mention keeps the name, the manifest
+      gets the link. At most :data:`MAX_REPORTED` such paths per answer.
     * **Sealing.** When the answer ends, :meth:`seal` (once) binds every link of the
       answer to its file as the answer leaves it, so the owner's click serves the
       bytes the answer describes; a link whose path is no servable file then is dead
-      (410 ``artifact_changed``) and left out of the manifest. After sealing nothing
-      re-binds a link: a later change of the file answers 410, as always.
+      (410 ``artifact_changed``) and left out of the manifest, as is a link its owner
+      revoked meanwhile. After sealing nothing re-binds a link: a later change of the
+      file answers 410, as always.
+    * **Adoption.** An instance that takes over another's answer (a run adopted after
+      its instance stopped) starts from that answer's links (:meth:`adopt`): the same
+      file keeps the link the client already has.
 
     Every check is :meth:`ArtifactService.inspect` (the owner's roots, the denial
     list, size, hard links), so a re-bound link can only ever point at a file a new
@@ -497,8 +504,11 @@ class ResponseLinks:
         self._by_file: dict[str, str] = {}
         #: id → the link's latest record, in the order the links were made
         self._links: dict[str, ArtifactRecord] = {}
-        #: paths the agent reported writing, in order (checked when sealing)
+        #: paths the agent reported writing or mentioned before they were servable, in
+        #: order (checked when sealing)
         self._reported: dict[str, None] = {}
+        #: links whose owner revoked them (left out of the manifest)
+        self._revoked: set[str] = set()
         self._sealed = False
 
     @property
@@ -527,6 +537,17 @@ class ResponseLinks:
                 return
             self._reported[path] = None
 
+    def adopt(self, records: Iterable[ArtifactRecord]) -> None:
+        """Start from links an earlier instance made for this answer (its owner's,
+        not revoked: the caller checks): each file keeps its link, and sealing binds
+        them as the answer leaves their files."""
+        for rec in records:
+            if rec.owner != self._owner or rec.revoked or rec.id in self._links:
+                continue
+            self._links[rec.id] = rec
+            self._by_file.setdefault(rec.path, rec.id)
+            self._by_path.setdefault(rec.path, rec.id)
+
     async def seal(self) -> None:
         """Bind every link of the answer to its file as the answer leaves it, and link
         the reported files (once: the answer's end). A failure leaves the links as they
@@ -545,7 +566,9 @@ class ResponseLinks:
         return {
             "download_link_mode": self._mode,
             "artifacts": [
-                self._svc.describe(r) for r in self._links.values() if r.size != GONE.size
+                self._svc.describe(r)
+                for r in self._links.values()
+                if r.size != GONE.size and r.id not in self._revoked
             ],
         }
 
@@ -579,6 +602,7 @@ class ResponseLinks:
                 raise
             kept = list(facts)[: plan.first_write]
             return {p: self._url(plan, p) for p in kept}
+        self.report(p for p in facts if p not in plan.records)  # (may exist later)
         return {p: self._url(plan, p) for p in facts}
 
     def _url(self, plan: _Plan, path: str) -> str | None:
@@ -646,6 +670,10 @@ class ResponseLinks:
             if rid not in alive and rec.size != GONE.size:
                 plan.latest[rid] = _gone(rec)
         self._write(plan)
+        for rid in self._links:
+            stored = self._svc.store.get_artifact(rid)
+            if stored is None or stored.revoked:
+                self._revoked.add(rid)
 
 
 class _Plan:
@@ -673,8 +701,9 @@ class _Plan:
 #: the identity a link gets when its path is no servable file at the answer's end: no
 #: file has inode 0 and a size of -1, so the download answers 410
 GONE = FileFacts("", "", 0, 0, -1, 0, "application/octet-stream", 0)
-#: paths one answer's agent may report writing (each costs a check when sealing)
-MAX_REPORTED = 256
+#: paths one answer's agent may report writing or mention before they exist (each costs
+#: a check when sealing)
+MAX_REPORTED = 1024
 
 
 def _same_file(rec: ArtifactRecord, f: FileFacts) -> bool:

@@ -54,6 +54,8 @@ log = logging.getLogger("gateway.native")
 #: how long a capability answer is kept (a failed probe is tried again sooner)
 CAPABILITIES_SECONDS = 300.0
 RETRY_SECONDS = 30.0
+#: how long the capabilities probe may take (every native request waits for it)
+PROBE_SECONDS = 5.0
 _RESPONSES = ("responses_api", "responses_streaming")
 _RUNS = ("run_submission", "run_events_sse", "run_stop")
 
@@ -93,7 +95,9 @@ class NativeApis:
             known = self._known
             if known is not None and self._clock() < known[0]:
                 return known[1]
-            doc = await self._probe()
+            doc = None
+            with trio.move_on_after(PROBE_SECONDS):  # (a document that never ends)
+                doc = await self._probe()
             apis = _apis_of(doc)
             wait = CAPABILITIES_SECONDS if doc is not None else RETRY_SECONDS
             self._known = (self._clock() + wait, apis)

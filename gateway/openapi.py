@@ -314,6 +314,15 @@ def _ops_paths() -> Obj:
     }
 
 
+#: what a Responses request or a run may set for the agent (checked: 400 otherwise)
+OPTIONS: Obj = {
+    "instructions": {"type": ["string", "null"]},
+    "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
+    "top_p": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+    "max_output_tokens": {"type": ["integer", "null"], "minimum": 1, "maximum": 2**31 - 1},
+}
+
+
 def _chat_paths() -> Obj:
     responses_request: Obj = {
         "type": "object",
@@ -321,7 +330,7 @@ def _chat_paths() -> Obj:
         "properties": {
             "model": {"type": "string"},
             "input": {"type": ["string", "array"]},
-            "instructions": {"type": "string"},
+            **OPTIONS,
             "store": {"type": "boolean"},
             "stream": {"type": "boolean"},
             "background": {"type": "boolean"},
@@ -386,6 +395,7 @@ def _runs_paths() -> Obj:
             "model": {"type": "string"},
             "input": {"type": "string"},
             "messages": {"type": "array", "items": _ref("Message")},
+            **OPTIONS,
             "session_id": {"type": "string"},
             "download_link_mode": {"enum": ["private", "public"]},
             "metadata": {"type": "object"},

@@ -35,6 +35,7 @@ __all__ = [
     "ResponsesEncoder",
     "ResponsesJournalFront",
     "chat_messages_from_input",
+    "check_options",
     "interrupted_response",
     "journal_response_sse",
     "new_response_id",
@@ -120,6 +121,40 @@ def upstream_responses_body(
     return out
 
 
+#: the options of a Responses request or a run the gateway passes on: their ranges
+_NUMBERS = {"temperature": (0.0, 2.0), "top_p": (0.0, 1.0)}
+MAX_OUTPUT_TOKENS = 2**31 - 1
+
+
+def check_options(body: dict[str, Any]) -> None:
+    """``instructions`` (a string), ``temperature`` (0–2), ``top_p`` (0–1) and
+    ``max_output_tokens`` (a positive integer), where given (null: not given), as the
+    upstream is sent them: anything else is a 400 ``invalid_request`` here, not the
+    agent's error (or its traceback) later."""
+    value = body.get("instructions")
+    if value is not None and not isinstance(value, str):
+        raise RequestError("'instructions' must be a string.", code="invalid_request")
+    for key, (low, high) in _NUMBERS.items():
+        value = body.get(key)
+        if value is None:
+            continue
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not low <= value <= high
+        ):
+            raise RequestError(
+                f"'{key}' must be a number from {low:g} to {high:g}.", code="invalid_request"
+            )
+    value = body.get("max_output_tokens")
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_OUTPUT_TOKENS
+    ):
+        raise RequestError(
+            "'max_output_tokens' must be a positive integer.", code="invalid_request"
+        )
+
+
 def validate_responses_body(body: dict[str, Any]) -> tuple[bool, bool, list[dict[str, Any]]]:
     """Check a ``POST /v1/responses`` body; return ``(stream, store, new messages)``."""
     model = body.get("model")
@@ -129,6 +164,7 @@ def validate_responses_body(body: dict[str, Any]) -> tuple[bool, bool, list[dict
     store = body.get("store", True)
     if not isinstance(stream, bool) or not isinstance(store, bool):
         raise RequestError("'stream' and 'store' must be true or false.", code="invalid_request")
+    check_options(body)
     if "input" not in body:
         raise RequestError(
             "'input' is required (a string or a list of items).", code="missing_input"

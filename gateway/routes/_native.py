@@ -15,12 +15,15 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from typing import Any, TypeGuard
 
 import trio
 
+from gateway.artifacts import ResponseLinks
 from gateway.errors import GatewayError, NotFound, RunInterrupted, UpstreamError
+from gateway.events import Event, Text
 from gateway.fronts.runs import RunEncoder
+from gateway.history import link_pattern
 from gateway.native import ResponsesEventsPipeline, RunEventsPipeline
 from gateway.pipeline import LinkResolver
 from gateway.shapes import check_id
@@ -101,12 +104,30 @@ def runs_pipeline(st: GatewayState, resolver: LinkResolver) -> RunEventsPipeline
     return RunEventsPipeline(resolver, st.settings, pause=trio.lowlevel.checkpoint)
 
 
+@contextlib.contextmanager
+def native_route() -> Iterator[None]:
+    """Around the first call of a native relay: a route the upstream does not have
+    (``upstream_wrong_path``) may be a wrong ``base_url``, or an upstream whose
+    capabilities document promised APIs it lacks: the message names both fixes."""
+    try:
+        yield
+    except UpstreamError as exc:
+        if exc.code == "upstream_wrong_path":
+            exc.message += (
+                " If this upstream has no Responses and runs APIs of its own, set"
+                ' upstream.apis = "chat".'
+            )
+            exc.args = (exc.message,)
+        raise
+
+
 async def open_native_response(
     st: GatewayState, body: dict[str, Any], pid: str, *, route: bool = True
 ) -> StreamResponse:
     """The upstream's own Responses stream for ``body`` (``route``: a 404 means a wrong
     ``base_url``; with ``previous_response_id``, pass False: it may be that response's)."""
-    return await st.upstream.open_sse("POST", "/responses", pid, body=body, route=route)
+    with native_route():
+        return await st.upstream.open_sse("POST", "/responses", pid, body=body, route=route)
 
 
 async def stop_upstream_response(st: GatewayState, upstream_id: str, pid: str) -> None:
@@ -155,7 +176,8 @@ class NativeRun:
 
     async def open(self) -> StreamResponse:
         st, pid = self.st, self.pid
-        answer = await st.upstream.request_json("POST", "/runs", pid, body=self.body)
+        with native_route():
+            answer = await st.upstream.request_json("POST", "/runs", pid, body=self.body)
         del self.body  # (not held for the run's length)
         uid = check_id(answer.data.get("run_id"))
         if uid is None:
@@ -209,14 +231,17 @@ def _watcher(
         uid = str(rec.summary["upstream_run_id"])
         pid = st.signer.principal_id(rec.owner)
         front = RunEncoder(rec.id, rec.model, first_seq=rec.last_seq + 1)
-        stage = runs_pipeline(st, st.resolver(rec.owner, rec.link_mode))
+        resolver = st.resolver(rec.owner, rec.link_mode)
+        before = await trio.to_thread.run_sync(_journaled, st, rec, resolver)
+        stage = runs_pipeline(st, resolver)
+        stage.hidden.append(uid)
         state: dict[str, Any] | None = None
         with local.opening:  # a stop asked meanwhile cancels the wait
             state = await _wait_upstream_end(st, uid, pid)
         if local.stop_requested:
             await stop_upstream_run(st, uid, pid)
             return front.cancel([], stage.manifest()), CANCELLED
-        return await _last_events(stage, front, state)
+        return await _last_events(stage, front, state, before)
 
     return watch
 
@@ -243,11 +268,29 @@ async def _wait_upstream_end(st: GatewayState, uid: str, pid: str) -> dict[str, 
         await trio.sleep(POLL_SECONDS)
 
 
+def _journaled(st: GatewayState, rec: RunRecord, resolver: LinkResolver) -> str:
+    """The text the run's earlier instance journaled (blocking): the adopting
+    ``resolver`` starts from the links in it (the client holds them already)."""
+    texts: list[str] = []
+    after = 0
+    while batch := st.store.read_run_events(rec.id, after):
+        after = int(batch[-1]["seq"])
+        texts += [e["delta"] for e in batch if e.get("event") == "message.delta"]
+    text = "".join(t for t in texts if isinstance(t, str))
+    if isinstance(resolver, ResponseLinks):
+        pattern = link_pattern(st.config.server.public_base_url)
+        ids = {m.group("id") or m.group("bare") for m in pattern.finditer(text)}
+        records = [st.store.get_artifact(i) for i in sorted(ids)]
+        resolver.adopt(r for r in records if r is not None and r.owner == rec.owner)
+    return text
+
+
 async def _last_events(
-    stage: RunEventsPipeline, front: RunEncoder, state: dict[str, Any] | None
+    stage: RunEventsPipeline, front: RunEncoder, state: dict[str, Any] | None, before: str
 ) -> tuple[list[dict[str, Any]], Any]:
     """The journal's last events for an adopted run's upstream end (its output, the
-    files in it and the ones it reported, the manifest)."""
+    files in it and the ones it reported, the manifest). ``before``: the text the
+    earlier instance journaled; only what the output holds beyond it is a delta."""
     if state is None:
         error: GatewayError = RunInterrupted()
         return front.fail(await stage.finish(failed=True), error, stage.manifest()), error
@@ -261,5 +304,30 @@ async def _last_events(
     if step.error is not None:
         events = step.events + await stage.finish(failed=True)
         return front.fail(events, step.error, stage.manifest()), step.error
-    events = step.events + await stage.finish()
+    events, had = continued(step.events + await stage.finish(), before)
+    front.output.insert(0, had)
     return front.end(events, stage.manifest()), None
+
+
+def continued(events: list[Event], before: str) -> tuple[list[Event], str]:
+    """``events`` (an adopted run's whole answer) after the text ``before`` the client
+    has already, and the text they continue: the answer's text becomes what it holds
+    beyond ``before``; when it does not begin with ``before`` (a path the earlier
+    instance named before its file existed is a link now) nothing more is a delta and
+    ``run.completed``'s ``output`` alone has the answer, whole (never the text twice)."""
+    whole = "".join(e.text for e in events if _answer_text(e))
+    if not whole.startswith(before):
+        return [e for e in events if not _answer_text(e)], whole
+    rest = whole[len(before) :]
+    out: list[Event] = []
+    for ev in events:
+        if not _answer_text(ev):
+            out.append(ev)
+        elif rest:
+            out.append(Text(0, "content", rest))
+            rest = ""
+    return out, before
+
+
+def _answer_text(ev: Event) -> TypeGuard[Text]:
+    return type(ev) is Text and ev.choice == 0 and ev.channel == "content"

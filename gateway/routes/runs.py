@@ -10,6 +10,7 @@ from quart import Blueprint, Response, current_app, request
 
 from gateway.auth import effective_link_mode
 from gateway.errors import RequestError
+from gateway.fronts.responses import check_options
 from gateway.fronts.runs import RunEncoder, run_messages, upstream_run_body
 from gateway.history import prepare_messages
 from gateway.http.asgi import cleanup_stack
@@ -93,6 +94,7 @@ async def start_run() -> Response:
     b = await body()
     model = await _model(st, b)
     new = run_messages(b)
+    check_options(b)
     mode = effective_link_mode(caller, b, st.config.artifacts.default_link_mode)
     sid = session_id_from(request.headers.get("X-Session-Id"), b)
     # a run's journal is stored: its input's bytes are reserved

@@ -312,3 +312,81 @@ async def test_a_run_whose_lease_another_instance_took_is_not_a_crash(
                 await trio.sleep(0.05)
         await trio.sleep(0.3)
     assert not any("failed unexpectedly" in m for m in caplog.messages), caplog.messages
+
+
+CHAT_STREAM = Scripted(
+    [
+        b'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m",'
+        b'"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+)
+
+
+async def test_a_capabilities_document_that_never_ends_costs_one_bounded_wait(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """``apis = "auto"`` and a /capabilities that sends a head and then nothing: every
+    Responses and runs request waited for that probe up to the first-byte bound (120 s
+    by default); the probe has its own few seconds, then the chat emulation answers."""
+    agent = HostileAgent()
+    agent.on(
+        "GET /v1/capabilities",
+        Scripted([b'{"object": "hermes.api_server.capabilities",', b"}"], delay=3600),
+    )
+    agent.on("POST /v1/chat/completions", CHAT_STREAM)
+    config = make_config(tmp_path, "http://agent.test/v1", upstream={"apis": "auto"})
+    gw = await start_gateway(nursery, config, transport=agent.transport)
+    async with gw.client() as c:
+        with trio.fail_after(60):  # (a guard: the default bound is 120 s)
+            r = await c.post("/v1/responses", json={"model": "m", "input": "x", "stream": True})
+    assert r.status_code == 200 and "hi" in r.text
+
+
+async def test_a_capabilities_document_that_lies_names_the_setting(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """A chat-only server behind something that answers Hermes's capabilities document:
+    its 404 on /responses and /runs names upstream.apis, not only upstream.base_url."""
+    agent = HostileAgent()
+    agent.on("POST /v1/responses", js({"detail": "Not Found"}, 404))
+    agent.on("POST /v1/runs", js({"detail": "Not Found"}, 404))
+    config = make_config(tmp_path, "http://agent.test/v1", upstream={"apis": "auto"})
+    gw = await start_gateway(nursery, config, transport=agent.transport)
+    async with gw.client() as c:
+        r = await c.post("/v1/responses", json={"model": "m", "input": "x"})
+        started = await c.post("/v1/runs", json={"model": "m", "input": "x"})
+        events = await c.get(f"/v1/runs/{started.json()['run_id']}/events")
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_wrong_path"
+    assert 'upstream.apis = "chat"' in r.json()["error"]["message"]
+    failed = json.loads([ln for ln in events.text.splitlines() if ln.startswith("data: ")][-1][6:])
+    assert 'upstream.apis = "chat"' in failed["error"]["message"], failed
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"instructions": {"path": "/root/.hermes/.env"}},
+        {"instructions": ["a", 1]},
+        {"temperature": "hot"},
+        {"temperature": 1e308},
+        {"temperature": True},
+        {"top_p": -5},
+        {"max_output_tokens": "many"},
+        {"max_output_tokens": 0},
+        {"max_output_tokens": 2**70},
+    ],
+)
+async def test_options_for_the_agent_are_checked(
+    nursery: trio.Nursery, tmp_path: Path, odd: dict[str, object]
+) -> None:
+    """What the relay passes on to the agent is checked first: a 400 with a stable
+    code, nothing sent upstream (the agent answered some of these with a 500)."""
+    agent = HostileAgent()
+    gw = await native_gw(nursery, tmp_path, agent)
+    async with gw.client() as c:
+        for route in ("/v1/responses", "/v1/runs"):
+            r = await c.post(route, json={"model": "agent", "input": "hi", **odd})
+            assert r.status_code == 400, (route, r.text)
+            assert r.json()["error"]["code"] == "invalid_request"
+    assert not [q for q in agent.requests if q.url.path.endswith(("/responses", "/runs"))]

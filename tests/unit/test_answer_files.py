@@ -158,14 +158,15 @@ async def test_files_the_agent_wrote_join_the_manifest_without_a_mention(
     svc: ArtifactService, tmp_path: Path
 ) -> None:
     """The text forgets them: the tool events' files are linked when the answer ends
-    (only the writing tools', only servable files in the owner's roots)."""
+    (only servable files in the owner's roots). A read tool's label mentions its file
+    like any text: one that exists by the end is linked too (a mention is enough)."""
     root = tmp_path / "artifacts"
     outside = tmp_path / "elsewhere.txt"
     outside.write_text("not in a root")
     steps: list[Step] = [
         progress("write_file", str(root / "a.csv")),
         progress("patch", str(root / "b.py")),
-        progress("read_file", str(root / "read.txt")),  # a read names no written file
+        progress("read_file", str(root / "read.txt")),  # mentioned, appears later
         progress("write_file", str(outside)),
         progress("write_file", str(root / "never-written.txt")),
         write_atomically(root / "a.csv", "x,y\n"),
@@ -176,7 +177,7 @@ async def test_files_the_agent_wrote_join_the_manifest_without_a_mention(
     out = await play(svc, steps, per_read=True)
     assert out["text"] == "All done."
     files = {a["filename"]: a for a in out["manifest"]["artifacts"]}
-    assert sorted(files) == ["a.csv", "b.py"]
+    assert sorted(files) == ["a.csv", "b.py", "read.txt"]
     assert await download(svc, files["b.py"]["url"]) == b"print(1)\n"
 
 
@@ -199,3 +200,71 @@ async def test_a_store_failure_mid_stream_flushes_the_held_text_as_names(
     text = "".join(e.text for e in events if isinstance(e, Text))
     assert text == "Report: report.md done and more"
     assert pipeline.manifest()["artifacts"] == []
+
+
+@pytest.mark.parametrize("per_read", [True, False])
+async def test_a_file_named_only_before_it_exists_joins_the_manifest(
+    svc: ArtifactService, tmp_path: Path, per_read: bool
+) -> None:
+    """ "I'll save the table to <path>", then a tool writes it, and the text never names
+    it again (a model's usual answer): the mention keeps the name, the manifest gets
+    the file (red team: no link anywhere)."""
+    table = tmp_path / "artifacts" / "table.csv"
+    steps: list[Step] = [
+        delta(f"I'll save the table to {table} now."),
+        write_atomically(table, "a,b\n"),
+        delta(" Done."),
+    ]
+    out = await play(svc, steps, per_read=per_read)
+    assert out["text"] == "I'll save the table to table.csv now. Done."
+    (entry,) = out["manifest"]["artifacts"]
+    assert entry["filename"] == "table.csv"
+    assert await download(svc, entry["url"]) == b"a,b\n"
+
+
+async def test_a_link_revoked_mid_answer_is_left_out_of_the_manifest(
+    svc: ArtifactService, tmp_path: Path
+) -> None:
+    report = tmp_path / "artifacts" / "report.md"
+    report.write_text("r")
+    keep = tmp_path / "artifacts" / "keep.md"
+    keep.write_text("k")
+    pipeline = ChatPipeline(svc.for_response("alice", "private"))
+    step = await pipeline.feed([delta(f"See {report} and {keep} here.")])
+    urls = [e.text for e in step.events if isinstance(e, Text)]
+    first = pipeline.manifest()["artifacts"][0]
+    assert first["filename"] == "report.md" and first["url"] in "".join(urls)
+    assert svc.store.revoke_artifact(first["url"].rsplit("/", 1)[1], "alice")
+    await pipeline.finish()
+    assert [a["filename"] for a in pipeline.manifest()["artifacts"]] == ["keep.md"]
+
+
+async def test_an_adopted_answer_keeps_the_links_its_client_has(
+    svc: ArtifactService, tmp_path: Path
+) -> None:
+    """Another instance takes the answer over (a run adopted after its instance
+    stopped): a file linked before keeps that link, bound to the file as the answer
+    leaves it, even when the rest of the answer never names it."""
+    doc = tmp_path / "artifacts" / "doc.md"
+    doc.write_text("v1")
+    first = ChatPipeline(svc.for_response("alice", "private"))
+    await first.feed([delta(f"Draft at {doc} now.")])
+    (before,) = first.manifest()["artifacts"]  # the instance stops here: no seal
+    doc.write_text("v2, the final one")
+    links = svc.for_response("alice", "private")
+    rid = before["url"].rsplit("/", 1)[1]
+    links.adopt([r for r in [svc.store.get_artifact(rid)] if r is not None])
+    again = ChatPipeline(links)
+    step = await again.feed([delta(f"Final: {doc}."), delta(" The end.")])
+    text = "".join(e.text for e in step.events + await again.finish() if isinstance(e, Text))
+    assert text == f"Final: [doc.md]({before['url']}). The end."
+    assert [a["url"] for a in again.manifest()["artifacts"]] == [before["url"]]
+    assert await download(svc, before["url"]) == b"v2, the final one"
+    quiet = svc.for_response("alice", "private")  # adopted and never named again
+    quiet.adopt([r for r in [svc.store.get_artifact(rid)] if r is not None])
+    doc.write_text("v3")
+    await quiet.seal()
+    assert await download(svc, before["url"]) == b"v3"
+    bob = svc.for_response("bob", "private")  # another owner's record is never adopted
+    bob.adopt([r for r in [svc.store.get_artifact(rid)] if r is not None])
+    assert bob.manifest()["artifacts"] == []

@@ -21,10 +21,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.events import Event, Text, ToolCall, ToolProgress, ToolResult, Usage
+from gateway.events import Event, Finish, Text, ToolCall, ToolProgress, ToolResult, Usage
 from gateway.fronts.responses import ResponsesEncoder
 from gateway.fronts.runs import RunEncoder
 from gateway.native import NativeApis, ResponsesEventsPipeline, RunEventsPipeline, chat_usage
+from gateway.routes._native import continued
 from gateway.sse import SSEDecoder, SSEEvent
 from tests.pipegen import StubLinks, run_sync
 
@@ -298,3 +299,26 @@ def test_any_event_an_upstream_sends_is_read_by_shape(objs: list[dict[str, Any]]
         assert HOST not in json.dumps(out)
         if step.error is not None:
             assert HOST not in step.error.message
+
+
+@given(st.text(max_size=40), st.text(max_size=40), st.integers(1, 5))
+def test_an_adopted_run_continues_the_text_its_client_has(
+    before: str, rest: str, pieces: int
+) -> None:
+    """The adopting instance journals only what the answer holds beyond the text the
+    earlier one journaled, and run.completed's output is the answer once: the deltas
+    a client assembles equal the output, or (a text that does not continue: a name
+    that became a link) no more deltas come and the output is the answer whole."""
+    whole = before + rest
+    cut = [whole[i * len(whole) // pieces : (i + 1) * len(whole) // pieces] for i in range(pieces)]
+    events: list[Event] = [Text(0, "content", p) for p in cut if p]
+    events += [Usage({"total_tokens": 1}), Finish(0, "stop")]
+    out, had = continued(events, before)
+    front = RunEncoder("run_x", "m", first_seq=9)
+    front.output.insert(0, had)
+    done = front.end(out, {"download_link_mode": "private", "artifacts": []})
+    deltas = "".join(e["delta"] for e in done if e["event"] == "message.delta")
+    assert before + deltas == whole and done[-1]["output"] == whole
+    assert [type(e) for e in out if not isinstance(e, Text)] == [Usage, Finish]
+    other = continued(events, "\x00" + before)  # not where the answer begins
+    assert [e for e in other[0] if isinstance(e, Text)] == [] and other[1] == whole
