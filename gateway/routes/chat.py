@@ -70,6 +70,8 @@ async def chat_reply(st: GatewayState, req: Incoming) -> Reply:
     if not stream:
         data = await st.upstream.chat(ubody, pid)
         events = [*await pipeline.completion(data), *await pipeline.finish()]
+        if pipeline.failure is not None:  # (a link could not be made: as a stream ends)
+            raise pipeline.failure
         out = completion_object(front, events, pipeline.manifest())
         st.count_rewrites(pipeline)
         await remember("completed")

@@ -191,6 +191,8 @@ async def create_response() -> Response:
         ubody = upstream_responses_body(b, messages, pid, stream=False)
         data = await st.upstream.chat(ubody, pid)
         events = [*await pipeline.completion(data), *await pipeline.finish()]
+        if pipeline.failure is not None:  # (a link could not be made: as a stream ends)
+            raise pipeline.failure
         front.start_events()
         front.end_events(events, pipeline.manifest())
         st.count_rewrites(pipeline)

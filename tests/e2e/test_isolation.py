@@ -24,6 +24,7 @@ import httpx
 import pytest
 import trio
 
+from gateway.errors import StoreError
 from harness.transport import Scripted, ScriptedTransport
 from tests.conftest import (
     ALICE_KEY,
@@ -329,3 +330,33 @@ async def test_open_webui_users_reach_only_their_own_folder(
 
     assert LINK not in await ask_as("u2")
     assert LINK in await ask_as("u1")
+
+
+@pytest.mark.parametrize("front", FRONTS)
+async def test_a_store_that_fails_while_linking_is_a_503_or_a_failed_stream(
+    nursery: trio.Nursery, tmp_path: Path, front: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Links cannot be stored (the database fails as the answer names a file): a
+    stream ends with store_unavailable after the text as names, and a non-streamed
+    answer is 503 store_unavailable like any other request the store failed (it came
+    back 200 with the names: the client could not tell)."""
+    config = make_config(tmp_path, "http://agent.test/v1", upstream={"apis": "chat"})
+    own = tmp_path / "artifacts" / "report.md"
+    own.write_text("r")
+    gw = await start_gateway(nursery, config, transport=agent(lambda: str(own), []))
+
+    def down(*args: Any) -> None:
+        raise StoreError("The state store is unavailable.", code="store_unavailable")
+
+    monkeypatch.setattr(gw.app.gateway.store, "save_artifacts", down)
+    if front in ("chat", "responses"):
+        async with gw.client(ALICE_KEY) as c:
+            if front == "chat":
+                msgs = [{"role": "user", "content": "Show me the file."}]
+                r = await c.post("/v1/chat/completions", json={"model": "agent", "messages": msgs})
+            else:
+                r = await c.post("/v1/responses", json={"model": "agent", "input": "file?"})
+        assert r.status_code == 503 and r.json()["error"]["code"] == "store_unavailable"
+        return
+    text = await ask(gw, front, ALICE_KEY)
+    assert "store_unavailable" in text and str(own.parent) not in text
