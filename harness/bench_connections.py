@@ -378,7 +378,7 @@ def _upstream_main(port: int, root: Path) -> int:
 
     import trio
 
-    from gateway.demo_upstream import create_demo_upstream_app
+    from gateway.cli.demo_upstream import create_demo_upstream_app
     from gateway.http.serve import run_until_signalled
 
     logging.basicConfig(

@@ -178,7 +178,7 @@ def detect_api(body: bytes) -> str | None:
     kind (``hermes.tool.progress``) counts for nothing."""
     import json
 
-    from gateway.sse import SSEDecoder
+    from gateway.core.sse import SSEDecoder
 
     decoder = SSEDecoder()
     kinds: set[str] = set()

@@ -248,7 +248,7 @@ class GatewayProcess:
 
 @dataclass
 class UpstreamProcess:
-    """The demo upstream (:mod:`gateway.demo_upstream`) in its own process."""
+    """The demo upstream (:mod:`gateway.cli.demo_upstream`) in its own process."""
 
     root: Path
     log: Path
@@ -262,7 +262,7 @@ class UpstreamProcess:
                 [
                     sys.executable,
                     "-m",
-                    "gateway.demo_upstream",
+                    "gateway.cli.demo_upstream",
                     "--port",
                     "0",
                     "--root",

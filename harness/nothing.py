@@ -7,8 +7,8 @@ client raw and the replay must report leaks. Production code has no such switch.
 
 from __future__ import annotations
 
-from gateway.paths import Clear, PathDetector, ScanResult
-from gateway.pipeline import PipelineSettings
+from gateway.core.paths import Clear, PathDetector, ScanResult
+from gateway.stream.pipeline import PipelineSettings
 
 __all__ = ["NOTHING_FOUND", "NothingDetector"]
 

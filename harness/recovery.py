@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from gateway.health import poll_health
+from gateway.cli.healthpoll import poll_health
 from harness.instances import gateway_toml
 
 KEY = "recovery-alice-key-0123456789"
@@ -174,7 +174,7 @@ def run(interval: float = 1.0, tries: int = 30) -> int:
         [
             py,
             "-m",
-            "gateway.demo_upstream",
+            "gateway.cli.demo_upstream",
             "--port",
             str(up_port),
             "--root",

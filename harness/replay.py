@@ -44,10 +44,10 @@ from typing import Any
 import httpx
 import trio
 
-from gateway.config import Config, config_from_dict, scope_roots_for_detection
+from gateway.core.rewrite import StreamRewriter
+from gateway.core.sse import SSEDecoder
 from gateway.http.serve import serve_app
-from gateway.rewrite import StreamRewriter
-from gateway.sse import SSEDecoder
+from gateway.ops.config import Config, config_from_dict, scope_roots_for_detection
 from harness import timeline
 from harness.cassette import Cassette
 from harness.nothing import NOTHING_FOUND
@@ -197,7 +197,7 @@ class Replayer:
         return (*scope_roots_for_detection(arts), *(m.agent_prefix for m in arts.mounts))
 
     async def start(self, nursery: trio.Nursery) -> None:
-        from gateway.app import create_app
+        from gateway.api.app import create_app
         from gateway.proxy import create_proxy_app
 
         settings = None if self.rewrite else NOTHING_FOUND

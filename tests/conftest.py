@@ -28,13 +28,13 @@ import httpx
 import pytest
 import trio
 
-from gateway.app import create_app
-from gateway.config import Config, config_from_dict
-from gateway.demo_upstream import DemoUpstreamApp, create_demo_upstream_app, serve_demo_upstream
+from gateway.api.app import create_app
+from gateway.cli.demo_upstream import DemoUpstreamApp, create_demo_upstream_app, serve_demo_upstream
 from gateway.http.serve import serve_app
-from gateway.pipeline import PipelineSettings
+from gateway.ops.config import Config, config_from_dict
 from gateway.proxy import create_proxy_app
 from gateway.store import Store, open_store
+from gateway.stream.pipeline import PipelineSettings
 from harness.pgcluster import PgCluster, PgUnavailable
 
 ALICE_KEY = "test-alice-key-0123456789"

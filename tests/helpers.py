@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.demo_upstream import WINDOWS_PATH, DemoFiles
+from gateway.cli.demo_upstream import WINDOWS_PATH, DemoFiles
 
 # openai-python 3.x (on httpx2) stops at [DONE] with `break`, or raises APIError on an
 # error chunk, without closing its inner async generators (_iter_events, the SSE

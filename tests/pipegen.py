@@ -36,8 +36,8 @@ secrets too.
 
 The driver (:func:`run_pipeline`, :func:`replay`)
 -------------------------------------------------
-Runs the real :class:`~gateway.sources.SSESource` and
-:class:`~gateway.pipeline.ChatPipeline` synchronously (the stub resolver never
+Runs the real :class:`~gateway.clients.sources.SSESource` and
+:class:`~gateway.stream.pipeline.ChatPipeline` synchronously (the stub resolver never
 waits, so each coroutine completes on its first ``send``) in the order of
 ``Relay._produce``: ``start``, per read ``feed`` → ``encode``, an error in a step or
 from the source → ``fail``, ``[DONE]`` or the source's end → ``end``, a stop after the
@@ -72,13 +72,13 @@ import trio
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from gateway.errors import Draining, GatewayError, UpstreamError
-from gateway.events import TEXT_CHANNELS, Event, Meta, Text, ToolCall
-from gateway.paths import file_name
-from gateway.pipeline import CLIENT_KEYS, ChatPipeline, PipelineSettings
-from gateway.shapes import FINISH_REASONS, ROLES
-from gateway.sources import SSESource
-from gateway.sse import UNPAIRED
+from gateway.clients.sources import SSESource
+from gateway.core.checks import FINISH_REASONS, ROLES
+from gateway.core.errors import Draining, GatewayError, UpstreamError
+from gateway.core.events import TEXT_CHANNELS, Event, Meta, Text, ToolCall
+from gateway.core.paths import file_name
+from gateway.core.sse import UNPAIRED
+from gateway.stream.pipeline import CLIENT_KEYS, ChatPipeline, PipelineSettings
 from gateway.stream.relay import CANCELLED, Relay, RelayOptions
 from tests import pathgen
 

@@ -2,7 +2,7 @@
 
 Exit status: 0 success; 1 a failed check or runtime error; 2 bad configuration or a
 refused invocation (``--replace`` under a supervisor); 3 another instance already
-holds the state directory (:data:`gateway.lock.EXIT_ALREADY_RUNNING`).
+holds the state directory (:data:`gateway.ops.lock.EXIT_ALREADY_RUNNING`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import sys
 from gateway import __version__
 from gateway.cli import config, db, doctor, keys, ops, serve, service
 from gateway.cli.common import err
-from gateway.errors import ConfigError
-from gateway.lock import EXIT_USAGE
-from gateway.logs import configure_logging
+from gateway.core.errors import ConfigError
+from gateway.ops.lock import EXIT_USAGE
+from gateway.ops.logs import configure_logging
 
 __all__ = ["build_parser", "main"]
 

@@ -17,7 +17,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from gateway.cli.common import err, help_text
-from gateway.config import (
+from gateway.clients.trust import trust_problem
+from gateway.core.errors import ConfigError
+from gateway.ops.config import (
     DEPRECATED_ALIASES,
     PRINCIPAL_PLACEHOLDER,
     Config,
@@ -31,9 +33,7 @@ from gateway.config import (
     parse_config_text,
     read_config_file,
 )
-from gateway.errors import ConfigError
-from gateway.schema import render_example, render_values
-from gateway.trust import trust_problem
+from gateway.ops.schema import render_example, render_values
 
 __all__ = [
     "config_warnings",

@@ -16,11 +16,11 @@ import argparse
 import json
 
 from gateway.cli.common import Subparsers, command_group, err, subcommand
-from gateway.errors import ConfigError
+from gateway.core.errors import ConfigError
 
 
 def _cmd_upgrade(args: argparse.Namespace) -> int:
-    from gateway.config import load_config
+    from gateway.ops.config import load_config
     from gateway.store import EXPECTED_VERSION, StoreError, open_configured_store
 
     cfg = load_config(args.config)
@@ -41,7 +41,7 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from gateway.config import load_config
+    from gateway.ops.config import load_config
     from gateway.store import EXPECTED_VERSION, StoreCheck, open_configured_store, store_settings
 
     cfg = load_config(args.config)

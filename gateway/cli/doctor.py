@@ -10,8 +10,8 @@ from gateway.cli.common import add_config_option, help_text
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from gateway.config import load_config
-    from gateway.doctor import Finding, diagnose
+    from gateway.cli.diagnose import Finding, diagnose
+    from gateway.ops.config import load_config
 
     cfg = load_config(args.config)
 

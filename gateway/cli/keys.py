@@ -2,7 +2,7 @@
 
 Every instance on the same store sees a change made here: verification reads keys from
 the store each time (a retired key stops verifying at once), signing picks up a new
-active key within :data:`gateway.signing.ACTIVE_KEY_MAX_AGE` seconds. ``list`` shows
+active key within :data:`gateway.links.signing.ACTIVE_KEY_MAX_AGE` seconds. ``list`` shows
 kid, creation time and which key is active, never a secret. A store without keys is
 seeded first, exactly as ``gateway run`` would (importing ``signing-keys.json``).
 """
@@ -17,8 +17,8 @@ from gateway.cli.common import Subparsers, command_group, err, subcommand
 
 
 def _signer(args: argparse.Namespace) -> tuple[Any, Any, Any]:
-    from gateway.config import load_config
-    from gateway.signing import Signer
+    from gateway.links.signing import Signer
+    from gateway.ops.config import load_config
     from gateway.store import open_configured_store
 
     cfg = load_config(args.config)
@@ -49,7 +49,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_rotate(args: argparse.Namespace) -> int:
-    from gateway.signing import ACTIVE_KEY_MAX_AGE
+    from gateway.links.signing import ACTIVE_KEY_MAX_AGE
 
     cfg, store, signer = _signer(args)
     try:

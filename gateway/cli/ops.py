@@ -7,11 +7,11 @@ import os
 import sys
 
 from gateway.cli.common import err, help_text
-from gateway.lock import EXIT_USAGE
+from gateway.ops.lock import EXIT_USAGE
 
 
 def _cmd_health(args: argparse.Namespace) -> int:
-    from gateway.health import poll_health
+    from gateway.cli.healthpoll import poll_health
 
     tries = args.tries if args.tries is not None else (30 if args.wait else 1)
 
@@ -27,7 +27,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
 
 
 def _cmd_smoke(args: argparse.Namespace) -> int:
-    from gateway.smoke import Check, run_smoke
+    from gateway.api.smoke import Check, run_smoke
 
     key = args.key or os.environ.get("GATEWAY_SMOKE_KEY", "")
     if not key:

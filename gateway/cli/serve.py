@@ -14,14 +14,14 @@ import trio
 
 from gateway import __version__
 from gateway.cli.common import add_config_option, add_log_format_option, err, help_text
-from gateway.lock import EXIT_ALREADY_RUNNING, EXIT_USAGE
+from gateway.ops.lock import EXIT_ALREADY_RUNNING, EXIT_USAGE
 
 log = logging.getLogger("gateway")
 
 
 def _wait_port_free(bind: str, timeout: float) -> None:
     """After --replace: the old process's listener closes as it exits; wait briefly."""
-    from gateway.config import parse_bind
+    from gateway.ops.config import parse_bind
 
     try:
         host, port = parse_bind(bind)
@@ -44,17 +44,17 @@ def _wait_port_free(bind: str, timeout: float) -> None:
 def run_locked(cfg: Any, *, role: str, replace: bool, serve: Callable[[], int]) -> int:
     """Take the instance lock of ``role`` (``--replace``: drain the holder first), serve.
 
-    Shared by ``gateway run`` (role ``api``, ``gateway.lock``) and the runs proxy
+    Shared by ``gateway run`` (role ``api``, ``gateway.ops.lock``) and the runs proxy
     (role ``proxy``, ``proxy.lock``).
     """
-    from gateway.lock import (
+    from gateway.ops.lock import (
         REPLACE_LOOP,
         AlreadyRunning,
         InstanceLock,
         replace_running,
         this_process_supervisor,
     )
-    from gateway.service import default_label, systemd_unit_name
+    from gateway.ops.supervisor import default_label, systemd_unit_name
 
     lock_name = "gateway" if role == "api" else role
     if replace:
@@ -102,9 +102,9 @@ def _load(args: argparse.Namespace, process: str, role: str) -> Any:
     environment); logging set up from it (``--log-format`` wins); the warnings that
     ``gateway config check`` prints for this command logged."""
     from gateway.cli.config import file_warnings, role_warnings
-    from gateway.config import load, parse_bind
-    from gateway.errors import ConfigError
-    from gateway.logs import configure_logging
+    from gateway.core.errors import ConfigError
+    from gateway.ops.config import load, parse_bind
+    from gateway.ops.logs import configure_logging
 
     overrides = {}
     if args.bind is not None:
@@ -130,8 +130,8 @@ def _fit_connections(cfg: Any) -> Any:
     import dataclasses
     import resource
 
-    from gateway.config import ServerConfig
     from gateway.http.serve import FD_RESERVE, FDS_PER_STREAM
+    from gateway.ops.config import ServerConfig
 
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     default = ServerConfig().max_connections
@@ -161,15 +161,15 @@ def _detector_first(cfg: Any) -> None:
     of the allocator's 1 MiB arenas from being given back: about 0.7 MiB more idle RSS
     when it came after the imports, whose objects now fill those arenas instead. The
     app takes this one (``PathDetector.shared`` is cached by its arguments)."""
-    from gateway.config import extra_roots
-    from gateway.paths import PathDetector
+    from gateway.core.paths import PathDetector
+    from gateway.ops.config import extra_roots
 
     PathDetector.shared(extra_roots(cfg), cfg.limits.max_path_chars)
 
 
 def _serve(cfg: Any) -> int:
     _detector_first(cfg)
-    from gateway.app import create_app
+    from gateway.api.app import create_app
 
     app = create_app(cfg)
     return _serve_apps(cfg, "gateway", [(app, cfg.server.bind, app.gateway.draining)])
@@ -225,7 +225,7 @@ def _serve_apps(cfg: Any, what: str, apps: list[tuple[Any, str, trio.Event | Non
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from gateway.demo import run
+    from gateway.cli.demo import run
 
     return run(args)
 
@@ -279,7 +279,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     proxy.add_argument("--replace", action="store_true", help=_REPLACE_HELP.format(what="proxy"))
     proxy.set_defaults(func=_cmd_proxy)
 
-    from gateway.demo import DETAILS, EXAMPLE_ARGS, SUMMARY, add_arguments
+    from gateway.cli.demo import DETAILS, EXAMPLE_ARGS, SUMMARY, add_arguments
 
     examples = (f"gateway demo{a}" for a in EXAMPLE_ARGS)
     demo = sub.add_parser("demo", **help_text(SUMMARY, *examples, details=DETAILS))

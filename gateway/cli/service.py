@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from gateway.cli.common import err, help_text
-from gateway.errors import ConfigError
-from gateway.lock import EXIT_USAGE
+from gateway.core.errors import ConfigError
+from gateway.ops.lock import EXIT_USAGE
 
 
 def _cmd_service_render(args: argparse.Namespace) -> int:
-    from gateway.config import load_config
-    from gateway.service import ServiceSpec, default_executable, installation
+    from gateway.ops.config import load_config
+    from gateway.ops.supervisor import ServiceSpec, default_executable, installation
 
     raw = args.config or os.environ.get("GATEWAY_CONFIG")
     if not raw:
@@ -47,7 +47,7 @@ def _cmd_service_render(args: argparse.Namespace) -> int:
 
 
 def _write_definition(args: argparse.Namespace, spec: Any, cfg: Any) -> int:
-    from gateway.service import render_launchd, render_systemd, systemd_unit_name
+    from gateway.ops.supervisor import render_launchd, render_systemd, systemd_unit_name
 
     data = render_launchd(spec) if args.kind == "launchd" else render_systemd(spec).encode()
     if not args.out:
@@ -81,7 +81,7 @@ def _read_plist(args: argparse.Namespace) -> tuple[Path, dict[str, Any] | None]:
     """The plist to compare (``--plist``, else the default path of ``--label``)."""
     import plistlib
 
-    from gateway.service import default_label
+    from gateway.ops.supervisor import default_label
 
     default = f"~/Library/LaunchAgents/{args.label or default_label('api')}.plist"
     plist_path = Path(args.plist or default).expanduser()
@@ -143,7 +143,7 @@ def _job_config(args: argparse.Namespace, plist: dict[str, Any] | None) -> str |
 def _drain_timeout(config_file: str | None) -> float | None:
     if not config_file or not Path(config_file).expanduser().exists():
         return None
-    from gateway.config import load_config
+    from gateway.ops.config import load_config
 
     try:
         return load_config(config_file, env={}).server.drain_timeout_seconds
@@ -155,7 +155,7 @@ def _cmd_service_doctor(args: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict
 
-    from gateway.service import (
+    from gateway.ops.supervisor import (
         LaunchdJob,
         default_label,
         diagnose,

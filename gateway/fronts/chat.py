@@ -4,7 +4,7 @@ Wire shape (what Open WebUI and openai-python both accept): one-line JSON ``data
 LF endings, keep-alives as bare ``:`` comment lines, a final chunk with
 ``finish_reason``, then ``data: [DONE]``. The *terminal* chunk (the last JSON chunk
 before ``[DONE]``) carries the artifact manifest under ``"gateway"``: the encoder
-keeps :class:`~gateway.events.Finish` and :class:`~gateway.events.Usage` events (they
+keeps :class:`~gateway.core.events.Finish` and :class:`~gateway.core.events.Usage` events (they
 carry no text) until the end, so it knows which chunk is last; text is never held.
 On failure: a final chunk with ``finish_reason: "error"`` and an ``error`` object,
 then ``[DONE]``. The encoder only encodes what it is handed; it never calls back
@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.errors import GatewayError, RequestError
-from gateway.events import (
+from gateway.core.errors import GatewayError, RequestError
+from gateway.core.events import (
     BOUNDARY,
     Boundary,
     Event,
@@ -34,7 +34,7 @@ from gateway.events import (
     ToolResult,
     Usage,
 )
-from gateway.sse import DONE, UNPAIRED, encode_comment, encode_json
+from gateway.core.sse import DONE, UNPAIRED, encode_comment, encode_json
 
 __all__ = [
     "GATEWAY_BODY_KEYS",

@@ -5,7 +5,7 @@ acts on chunk keys besides ``choices`` (an ``event`` key is a UI event; one of t
 ``execute`` runs JavaScript; ``tool_calls`` make it call tools itself): this front
 writes only ``choices`` chunks with text, the terminal chunk with ``usage`` and the
 ``gateway`` manifest, and — when the proxy delivered the answer's files into Open
-WebUI's own file store (:class:`~gateway.events.Attachments`) — exactly one ``files``
+WebUI's own file store (:class:`~gateway.core.events.Attachments`) — exactly one ``files``
 event (the frontend replaces the message's file list with each event's list while the
 socket handler appends the stored ones: one event avoids both duplicates and losses).
 Named upstream events and tool calls are not relayed.
@@ -22,11 +22,11 @@ import secrets
 import time
 from typing import Any
 
-from gateway.errors import GatewayError
-from gateway.events import Attachments, Event, Extra, Meta, Role, Text, ToolCall, ToolProgress
+from gateway.core.errors import GatewayError
+from gateway.core.events import Attachments, Event, Extra, Meta, Role, Text, ToolCall, ToolProgress
+from gateway.core.rewrite import md_escape
+from gateway.core.sse import encode_json
 from gateway.fronts.chat import ChatEncoder
-from gateway.rewrite import md_escape
-from gateway.sse import encode_json
 
 __all__ = ["NOTE_PATTERN", "OpenWebUIEncoder", "ends_with_note", "private_note"]
 

@@ -27,9 +27,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gateway.errors import GatewayError, RequestError
-from gateway.events import Event, Finish, Text, TextLog, ToolCall, ToolResult, Usage
-from gateway.sse import encode_comment, encode_json
+from gateway.core.errors import GatewayError, RequestError
+from gateway.core.events import Event, Finish, Text, TextLog, ToolCall, ToolResult, Usage
+from gateway.core.sse import encode_comment, encode_json
 
 __all__ = [
     "ResponsesEncoder",

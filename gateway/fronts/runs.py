@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.errors import GatewayError, Interrupted, RequestError, RunLogFull
-from gateway.events import Event, Finish, Text, ToolCall, ToolProgress, Usage
+from gateway.core.errors import GatewayError, Interrupted, RequestError, RunLogFull
+from gateway.core.events import Event, Finish, Text, ToolCall, ToolProgress, Usage
+from gateway.core.sse import encode_json
 from gateway.fronts.chat import SAMPLING_KEYS
-from gateway.sse import encode_json
 
 __all__ = ["TERMINAL", "RunEncoder", "run_messages", "run_sse", "upstream_run_body"]
 

@@ -1,7 +1,7 @@
 """The quart side both services share: the app class, per-request accounting, errors.
 
 * :class:`ServiceApp` — a quart-trio app that counts its requests (the drain waits for
-  the in-flight ones; :mod:`gateway.memory` trims after a busy spell) and may serve
+  the in-flight ones; :mod:`gateway.ops.memory` trims after a busy spell) and may serve
   some routes straight from the ASGI scope (``direct_routes``, :mod:`gateway.http.direct`);
 * :class:`Accounting` — the ASGI middleware :func:`install_common` puts around quart's
   ``asgi_app`` (quart's own way to wrap an app): per request an exit stack
@@ -10,7 +10,7 @@
   direct route is dispatched there, anything else goes on to quart;
 * :func:`install_common` — no response timeout on streams, the body limit, and JSON
   errors with stable codes for every failure (HTML pages for browsers on the download
-  route, see :mod:`gateway.routes.artifacts`).
+  route, see :mod:`gateway.api.routes.artifacts`).
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from gateway.errors import GatewayError
+from gateway.core.errors import GatewayError
 from gateway.http.replies import (
     body_timeout_message,
     error_response,
     too_large_message,
     unexpected_message,
 )
-from gateway.logs import log_access
+from gateway.ops.logs import log_access
 
 __all__ = ["CLEANUP", "Accounting", "ServiceApp", "cleanup_stack", "install_common"]
 
@@ -51,7 +51,7 @@ class ServiceApp(QuartTrio):
     """A quart-trio app that counts its requests in flight (the drain waits on them)."""
 
     inflight_requests: int = 0
-    #: requests begun since start (:mod:`gateway.memory` trims after a busy spell)
+    #: requests begun since start (:mod:`gateway.ops.memory` trims after a busy spell)
     requests_started: int = 0
     no_requests: trio.Event | None = None
     #: called once per finished request: (route, status, bytes, seconds)

@@ -13,7 +13,7 @@ reads, :data:`Reply` what it returns), so both ways answer alike:
   stream is closed), as quart-trio's message task does: on the gateway's connections
   by the request's :class:`~gateway.http.exchange.Disconnect` callback, with no task
   waiting for the ``http.disconnect`` message (elsewhere, one task does);
-* every :class:`~gateway.errors.GatewayError` leaves as the JSON error of
+* every :class:`~gateway.core.errors.GatewayError` leaves as the JSON error of
   :func:`gateway.http.replies.error_parts`; anything else is logged and answered 500
   ``internal_error`` without details (a failure after the answer started closes the
   connection, as it does through quart).
@@ -33,7 +33,7 @@ from typing import Any
 
 import trio
 
-from gateway.errors import GatewayError, RequestError
+from gateway.core.errors import GatewayError, RequestError
 from gateway.http.exchange import BODY, DISCONNECT, WRITES, Disconnect
 from gateway.http.replies import (
     SSE_HEAD,
@@ -84,7 +84,7 @@ Reply = JSONReply | StreamReply
 class Incoming:
     """What a route handler reads of its request, whichever way it came."""
 
-    headers: Any  # gateway.auth.HeaderLookup
+    headers: Any  # gateway.principals.auth.HeaderLookup
     scope: dict[str, Any]
 
     async def json(self, max_depth: int) -> dict[str, Any]:

@@ -21,10 +21,10 @@ import trio
 from quart import Response, has_request_context, request
 from quart.wrappers.response import ResponseBody
 
-from gateway.errors import AuthError, GatewayError, RequestError
+from gateway.core.checks import JSONTooDeep, loads_bounded
+from gateway.core.errors import AuthError, GatewayError, RequestError
+from gateway.core.sse import UNPAIRED
 from gateway.http.exchange import WRITES
-from gateway.shapes import JSONTooDeep, loads_bounded
-from gateway.sse import UNPAIRED
 
 __all__ = [
     "SSE_HEAD",

@@ -43,10 +43,10 @@ import trio
 from hypercorn.config import Config as HyperConfig
 from hypercorn.trio import serve
 
-from gateway import memory
 from gateway.http import seam
 from gateway.http.connection import ConnectionPolicy, Server
-from gateway.logs import app_tag, tagged
+from gateway.ops import memory
+from gateway.ops.logs import app_tag, tagged
 
 __all__ = [
     "ConnectionPolicy",

@@ -32,8 +32,11 @@ import httpx
 import trio
 from quart import Response, request
 
-from gateway.config import Config, extra_roots
-from gateway.errors import AuthError, GatewayError, RequestError, UpstreamError
+from gateway.clients.openwebui import ANONYMOUS, OpenWebUI, owner_for_user
+from gateway.clients.upstream import new_client
+from gateway.core.checks import check_id, check_usage, loads_bounded
+from gateway.core.errors import AuthError, GatewayError, RequestError, UpstreamError
+from gateway.core.rewrite import rewrite, scrub_identifier
 from gateway.fronts.chat import SAMPLING_KEYS, validate_chat_body
 from gateway.fronts.openwebui import OpenWebUIEncoder, ends_with_note
 from gateway.http.asgi import ServiceApp, install_common
@@ -45,15 +48,12 @@ from gateway.http.replies import (
     max_json_depth,
     sse_response,
 )
-from gateway.openwebui import ANONYMOUS, OpenWebUI, owner_for_user
+from gateway.ops.config import Config, extra_roots
 from gateway.proxy.delivery import Delivery
 from gateway.proxy.health import GatewayHealth, install_operator_routes
 from gateway.proxy.identity import Identity, identify, identity_hint, requested_mode
 from gateway.proxy.stream import RemoteRunSource, RunEventStage, gateway_error
-from gateway.rewrite import rewrite, scrub_identifier
-from gateway.shapes import check_id, check_usage, loads_bounded
 from gateway.stream.relay import Relay, RelayOptions
-from gateway.upstream import new_client
 
 __all__ = ["ProxyApp", "ProxyState", "create_proxy_app"]
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from gateway.errors import GatewayError
-from gateway.openwebui import OpenWebUI
+from gateway.clients.openwebui import OpenWebUI
+from gateway.core.errors import GatewayError
 
 __all__ = ["Delivery"]
 

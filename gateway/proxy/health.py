@@ -18,10 +18,10 @@ import trio
 from quart import Response
 
 from gateway import __version__
+from gateway.api.metrics import CONTENT_TYPE, ProxyMetrics
+from gateway.api.openapi import proxy_document
 from gateway.http.asgi import ServiceApp
 from gateway.http.replies import json_response
-from gateway.metrics import CONTENT_TYPE, ProxyMetrics
-from gateway.openapi import proxy_document
 
 __all__ = ["FRESH_SECONDS", "GatewayHealth", "install_operator_routes"]
 

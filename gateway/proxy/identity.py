@@ -24,10 +24,10 @@ from typing import Any
 
 import jwt
 
-from gateway.auth import LINK_MODES
-from gateway.config import Config
-from gateway.errors import AuthError, RequestError
-from gateway.openwebui import owner_for_user
+from gateway.clients.openwebui import owner_for_user
+from gateway.core.errors import AuthError, RequestError
+from gateway.ops.config import Config
+from gateway.principals.auth import LINK_MODES
 
 __all__ = ["Identity", "identify", "owner_for", "requested_mode", "verify_openwebui_jwt"]
 

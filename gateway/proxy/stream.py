@@ -23,15 +23,15 @@ from typing import Any
 import httpx
 import trio
 
-from gateway.errors import GatewayError, UpstreamError, UpstreamHTTPError
-from gateway.events import Attachments, Event, Text, ToolProgress, Usage
-from gateway.paths import DEFAULT_MAX_PATH_CHARS
+from gateway.clients.sources import abandon
+from gateway.clients.upstream import retry_after_seconds
+from gateway.core.checks import check_name, check_usage, loads_bounded
+from gateway.core.errors import GatewayError, UpstreamError, UpstreamHTTPError
+from gateway.core.events import Attachments, Event, Text, ToolProgress, Usage
+from gateway.core.paths import DEFAULT_MAX_PATH_CHARS
+from gateway.core.rewrite import StreamRewriter, rewrite
+from gateway.core.sse import SSEDecoder
 from gateway.proxy.delivery import Delivery
-from gateway.rewrite import StreamRewriter, rewrite
-from gateway.shapes import check_name, check_usage, loads_bounded
-from gateway.sources import abandon
-from gateway.sse import SSEDecoder
-from gateway.upstream import retry_after_seconds
 
 __all__ = ["RemoteRunSource", "RunEventStage", "gateway_error"]
 

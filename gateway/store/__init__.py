@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.errors import ConfigError
+from gateway.core.errors import ConfigError
 from gateway.store.base import (
     INTERRUPTED_ERROR,
     LINK_MODES,
@@ -110,7 +110,7 @@ class StoreSettings:
 
 
 def store_settings(config: Any) -> StoreSettings:
-    """The store's settings from a :class:`~gateway.config.Config`.
+    """The store's settings from a :class:`~gateway.ops.config.Config`.
 
     Reads ``database_url`` and ``[database] pool_size`` / ``connect_timeout_seconds``
     when the config has them; without a ``database_url`` attribute,

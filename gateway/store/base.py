@@ -41,7 +41,7 @@ Contract
   ``run.failed``/``run_interrupted`` event and status ``interrupted`` -- atomically,
   so two instances doing it at once interrupt each run once. The PostgreSQL backend
   sends ``NOTIFY gateway_runs, '<run_id>:<seq>'`` in the same transaction as every
-  append (see :mod:`gateway.runbus`). :meth:`Store.request_run_stop` records a stop
+  append (see :mod:`gateway.runs.bus`). :meth:`Store.request_run_stop` records a stop
   asked on any instance (``NOTIFY ... '<run_id>:stop'``) for the holder to act on.
 * **Quotas.** Per-owner counters in fixed time windows (:meth:`Store.take_quota`: a
   read-modify-write holding the counter's row, so instances sharing the database never
@@ -63,7 +63,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from gateway.errors import LeaseLost, StoreError
+from gateway.core.errors import LeaseLost, StoreError
 
 __all__ = [
     "INTERRUPTED_ERROR",

@@ -20,7 +20,7 @@ UPDATE``), so concurrent instances serialize on it:
 Appends and interruptions send ``NOTIFY gateway_runs, '<run_id>:<seq>'`` in the same
 transaction (delivered at commit, never for a rolled-back append).
 :meth:`~PostgresStore.open_notifications` opens a dedicated connection outside the pool
-for ``LISTEN`` (see :mod:`gateway.runbus`).
+for ``LISTEN`` (see :mod:`gateway.runs.bus`).
 
 Errors: every psycopg/pool failure becomes :class:`StoreError` with a message made
 from the SQLSTATE class, never psycopg's text (it can name a socket path or host).
@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
-from gateway.errors import ConfigError
+from gateway.core.errors import ConfigError
 from gateway.store import base
 from gateway.store.base import (
     RUNS_CHANNEL,

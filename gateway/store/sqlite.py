@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gateway.errors import ConfigError
+from gateway.core.errors import ConfigError
 from gateway.store import base
 from gateway.store.base import NotificationSource, StoreError
 from gateway.store.migrations import (

@@ -5,10 +5,10 @@ is how a response body is sent (Quart sends a body as ``async with body as it: a
 for chunk in it``, see :class:`gateway.http.replies.ChannelBody`) and how a background
 run is journaled. The parts:
 
-* a **source** yields what one read brought (:mod:`gateway.sources`: the upstream's
+* a **source** yields what one read brought (:mod:`gateway.clients.sources`: the upstream's
   SSE events, a run's journal, the gateway's run events seen from the proxy), ``None``
-  at its end, or raises a :class:`~gateway.errors.GatewayError`;
-* a **stage** turns items into neutral events (:class:`gateway.pipeline.ChatPipeline`)
+  at its end, or raises a :class:`~gateway.core.errors.GatewayError`;
+* a **stage** turns items into neutral events (:class:`gateway.stream.pipeline.ChatPipeline`)
   and says when the stream is done; at the end the relay calls its ``finish()`` and
   ``manifest()`` itself;
 * a **front** is a synchronous encoder (:mod:`gateway.fronts`): ``start``,
@@ -54,7 +54,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import trio
 
-from gateway.errors import Draining, GatewayError, UpstreamError
+from gateway.core.errors import Draining, GatewayError, UpstreamError
 from gateway.stream.clock import TimerHandle, clock
 
 __all__ = ["CANCELLED", "Front", "Relay", "RelayOptions", "Source", "Stage", "StageStep"]

@@ -25,7 +25,7 @@ BATCH = 8
 
 
 def _links_config(tmp: Path) -> Any:
-    from gateway.config import config_from_dict
+    from gateway.ops.config import config_from_dict
 
     return config_from_dict(
         {
@@ -55,8 +55,8 @@ def _mint_figures(tmp: Path, n: int, repeat: int) -> _MintFigures:
     """
     import trio
 
-    from gateway.artifacts import ArtifactService
-    from gateway.signing import Signer
+    from gateway.links.artifacts import ArtifactService
+    from gateway.links.signing import Signer
     from gateway.store import SQLiteStore
 
     root = tmp / "artifacts" / "mint"
@@ -137,7 +137,7 @@ async def _download_figures(tmp: Path, big: Path, repeat: int) -> tuple[list[flo
     import httpx
     import trio
 
-    from gateway.app import create_app
+    from gateway.api.app import create_app
     from gateway.http.serve import serve_app
 
     app = create_app(_links_config(tmp))
@@ -186,7 +186,7 @@ def bench_links(n: int, mb: int, repeat: int = 3) -> int:
 
     import trio
 
-    from gateway.artifacts import READ_CHUNK
+    from gateway.links.artifacts import READ_CHUNK
 
     print(
         f"links benchmark: python {sys.version.split()[0]}, trio {trio.__version__};"

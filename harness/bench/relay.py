@@ -286,7 +286,7 @@ def memory(p: Procs, streams: int) -> tuple[float, float, int]:
 
 def _idle_after_warmup(p: Procs) -> float:
     client(p.gw_url, "bench-plain-200-bulk", "--streams", "4")  # imports, pools, caches
-    # idle: past gateway.memory's settle time (it gives freed heap back after 1 s idle)
+    # idle: past gateway.ops.memory's settle time (it gives freed heap back after 1 s idle)
     time.sleep(2.5)
     return rss_mib(p.gateway.pid)
 

@@ -1,6 +1,6 @@
 """Rewriter throughput against a baseline of one compiled-regex scan.
 
-``python -m harness.bench rewriter [--mb 4]``: :class:`gateway.rewrite.StreamRewriter`
+``python -m harness.bench rewriter [--mb 4]``: :class:`gateway.core.rewrite.StreamRewriter`
 over plain prose without candidates and over path-dense text, whole, in 4 KiB chunks
 and in 16-character deltas, next to one ``finditer`` of a host-path regex over the same
 text. Targets: plain prose >= 50 % of the baseline, path-dense >= 10 MB/s.
@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from gateway.rewrite import StreamRewriter
+from gateway.core.rewrite import StreamRewriter
 from harness.bench.corpus import BASELINE, path_dense, plain_prose
 
 

@@ -423,7 +423,7 @@ class CallFigures:
 
 
 def _config(tmp: Path) -> Any:
-    from gateway.config import config_from_dict
+    from gateway.ops.config import config_from_dict
 
     return config_from_dict(
         {
@@ -439,8 +439,8 @@ def _best_of(repeat: int, fn: Callable[[], float]) -> float:
 
 
 def _links(tmp: Path, store: Any, n: int, repeat: int) -> tuple[float, float]:
-    from gateway.artifacts import ArtifactService
-    from gateway.signing import Signer
+    from gateway.links.artifacts import ArtifactService
+    from gateway.links.signing import Signer
 
     root = tmp / "artifacts" / "mint"
     root.mkdir(parents=True, exist_ok=True)
@@ -539,8 +539,8 @@ def _per_event_cost(store: Any, events: int, repeat: int) -> tuple[float, float]
     """µs per relayed read of one event: unjournaled vs journaled (trio)."""
     import trio
 
-    from gateway.runbus import RunBus
-    from gateway.sse import encode_json
+    from gateway.core.sse import encode_json
+    from gateway.runs.bus import RunBus
 
     bus = RunBus(store)
 

@@ -760,7 +760,7 @@ class Services:
     def start(self, extra_server: Mapping[str, Any] | None = None) -> None:
         self.ports = {name: free_port() for name in ("upstream", "gateway", "proxy")}
         cfg = self.config(extra_server)
-        up = ["-m", "gateway.demo_upstream", "--port", str(self.ports["upstream"])]
+        up = ["-m", "gateway.cli.demo_upstream", "--port", str(self.ports["upstream"])]
         up += ["--root", str(self.base / "artifacts"), "--outside", str(self.base / "outside")]
         up += ["--chunk-delay", "0.005"]
         self.procs["upstream"] = Proc(up, self.base / "upstream.log")

@@ -35,7 +35,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from gateway.openapi import api_document, proxy_document
+from gateway.api.openapi import api_document, proxy_document
 from tests.procs import Proc, clean_env, free_port
 
 USER_KEY = "fuzz-user-key-0123456789ab"
@@ -91,7 +91,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     upstream_args = ["--port", str(ports["upstream"]), "--root", str(root / "alice")]
     upstream_args += ["--chunk-delay", "0"]
     procs = [
-        Proc(["-m", "gateway.demo_upstream", *upstream_args], tmp / "upstream.log", env),
+        Proc(["-m", "gateway.cli.demo_upstream", *upstream_args], tmp / "upstream.log", env),
         Proc(["-m", "gateway.cli", "run"], tmp / "gateway.log", env),
         Proc(["-m", "gateway.cli", "proxy"], tmp / "proxy.log", env),
     ]

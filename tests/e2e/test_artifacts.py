@@ -27,11 +27,11 @@ import httpx
 import pytest
 import trio
 
-from gateway.app import create_app
-from gateway.config import Config
-from gateway.demo_upstream import DemoFiles, write_demo_files
+from gateway.api.app import create_app
+from gateway.cli.demo_upstream import DemoFiles, write_demo_files
+from gateway.core.sse import DONE, SSEDecoder, encode_json
 from gateway.http.serve import serve_app
-from gateway.sse import DONE, SSEDecoder, encode_json
+from gateway.ops.config import Config
 from harness.transport import Scripted, ScriptedTransport, split_at
 from tests.conftest import ALICE_KEY, BOB_KEY, PROXY_KEY, make_config
 

@@ -59,4 +59,4 @@ def test_the_bytecode_profile_counts_the_requests_only(capsys: pytest.CaptureFix
     assert first.startswith("gateway bytecodes per 1-delta chat (kept alive, 20 requests): ")
     per_request = int(first.rsplit(": ", 1)[1].replace(",", ""))
     assert 2_000 < per_request < 200_000, first
-    assert "gateway/pipeline.py" in out and "by file:" in out
+    assert "gateway/stream/pipeline.py" in out and "by file:" in out

@@ -33,9 +33,9 @@ import openai
 import pytest
 import trio
 
-from gateway.demo_upstream import DemoFiles, demo_long_delta
-from gateway.rewrite import rewrite
-from gateway.sse import DONE, SSEDecoder, SSEEvent, encode_comment, encode_json
+from gateway.cli.demo_upstream import DemoFiles, demo_long_delta
+from gateway.core.rewrite import rewrite
+from gateway.core.sse import DONE, SSEDecoder, SSEEvent, encode_comment, encode_json
 from harness.nothing import NOTHING_FOUND
 from harness.transport import Scripted, ScriptedTransport, split_at, split_every
 from tests.conftest import (

@@ -2,7 +2,7 @@
 log formats, the demo's options, and the hints of ``service`` and ``smoke``.
 
 Every command runs as a real subprocess (``python -m gateway.cli`` / ``python -m
-gateway.demo``) with an environment free of ``GATEWAY_*`` variables.
+gateway.cli.demo``) with an environment free of ``GATEWAY_*`` variables.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import build_parser
-from gateway.config import config_from_dict
-from gateway.service import ServiceSpec, render_launchd
+from gateway.ops.config import config_from_dict
+from gateway.ops.supervisor import ServiceSpec, render_launchd
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHCTL = ROOT / "tests" / "data" / "launchctl"
@@ -157,7 +157,7 @@ def test_demo_help_describes_every_option() -> None:
 
 def _demo_module(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gateway.demo", *args],
+        [sys.executable, "-m", "gateway.cli.demo", *args],
         capture_output=True, text=True, env=clean_env(), cwd=ROOT, timeout=60, check=False,
     )  # fmt: skip
 
@@ -271,7 +271,7 @@ def test_proxy_warns_and_smoke_says_it_is_the_proxy(tmp_path: Path) -> None:
 def test_demo_module_parses_its_options_and_tags_each_app(tmp_path: Path) -> None:
     ports = {name: free_port() for name in ("gateway", "upstream", "proxy")}
     args = [
-        "-m", "gateway.demo", "--port", str(ports["gateway"]),
+        "-m", "gateway.cli.demo", "--port", str(ports["gateway"]),
         "--upstream-port", str(ports["upstream"]), "--proxy-port", str(ports["proxy"]),
     ]  # fmt: skip
     log = tmp_path / "demo.log"
@@ -292,7 +292,7 @@ def test_demo_module_parses_its_options_and_tags_each_app(tmp_path: Path) -> Non
 
 def test_demo_refuses_a_bad_log_format_variable() -> None:
     res = subprocess.run(
-        [sys.executable, "-m", "gateway.demo"],
+        [sys.executable, "-m", "gateway.cli.demo"],
         capture_output=True, text=True, env=clean_env(GATEWAY_LOG_FORMAT="xml"),
         cwd=ROOT, timeout=60, check=False,
     )  # fmt: skip

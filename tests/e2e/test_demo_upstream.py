@@ -19,7 +19,7 @@ import openai
 import pytest
 import trio
 
-from gateway.demo_upstream import (
+from gateway.cli.demo_upstream import (
     MODELS,
     WINDOWS_PATH,
     DemoUpstreamApp,
@@ -27,7 +27,7 @@ from gateway.demo_upstream import (
     demo_long_delta,
     serve_demo_upstream,
 )
-from gateway.sse import SSEDecoder, SSEEvent, encode_comment
+from gateway.core.sse import SSEDecoder, SSEEvent, encode_comment
 from tests.helpers import SDK_WARNINGS
 
 
@@ -377,7 +377,7 @@ async def test_a_temporary_outside_dir_is_removed_when_it_stops_serving(tmp_path
 
 
 def test_a_temporary_outside_dir_is_removed_when_serving_cannot_begin(tmp_path: Path) -> None:
-    """``python -m gateway.demo_upstream`` on a port in use fails, and leaves no
+    """``python -m gateway.cli.demo_upstream`` on a port in use fails, and leaves no
     ``demo-upstream-outside-*`` directory behind (its ``TMPDIR`` is looked at)."""
     import os
     import socket
@@ -392,7 +392,7 @@ def test_a_temporary_outside_dir_is_removed_when_serving_cannot_begin(tmp_path: 
         port = busy.getsockname()[1]
         args = ["--port", str(port), "--root", str(tmp_path / "artifacts")]
         proc = subprocess.run(
-            [sys.executable, "-m", "gateway.demo_upstream", *args],
+            [sys.executable, "-m", "gateway.cli.demo_upstream", *args],
             env={**os.environ, "TMPDIR": str(tmpdir)},
             capture_output=True,
             text=True,

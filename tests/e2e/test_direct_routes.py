@@ -20,8 +20,8 @@ import httpx
 import pytest
 import trio
 
-from gateway.errors import RequestError
-from gateway.sse import DONE
+from gateway.core.errors import RequestError
+from gateway.core.sse import DONE
 from harness.transport import Scripted, ScriptedTransport
 from tests.conftest import ALICE_KEY, PROXY_KEY, make_config, start_gateway
 from tests.e2e.test_chat_relay import wait_until
@@ -285,7 +285,7 @@ async def test_a_handler_exception_is_answered_alike_both_ways(
     status: int,
     code: str,
 ) -> None:
-    import gateway.routes.chat as chat
+    import gateway.api.routes.chat as chat
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise make()

@@ -39,8 +39,8 @@ import trio
 from quart import Response, request
 from quart_trio import QuartTrio
 
+from gateway.clients.openwebui import CHECK_BURST
 from gateway.http.serve import serve_app
-from gateway.openwebui import CHECK_BURST
 from tests.conftest import ALICE_KEY, BOB_KEY, Gateway, make_config, start_gateway
 
 BROWSER = "text/html,application/xhtml+xml"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gateway.sse import SSEDecoder
+from gateway.core.sse import SSEDecoder
 from tests.conftest import Gateway, Upstream
 
 

@@ -21,8 +21,8 @@ import pytest
 import trio
 import yaml
 
-from gateway.demo_upstream import create_demo_upstream_app, serve_demo_upstream
-from gateway.sse import DONE, encode_json
+from gateway.cli.demo_upstream import create_demo_upstream_app, serve_demo_upstream
+from gateway.core.sse import DONE, encode_json
 from harness import cassette as cassette_mod
 from harness.__main__ import main as harness_main
 from harness.replay import Outcome, Replayer, replay_cassette, table

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.sse import DONE, encode_json
+from gateway.core.sse import DONE, encode_json
 from harness import cassette as cassette_mod
 from harness import timeline
 from harness.__main__ import main as harness_main

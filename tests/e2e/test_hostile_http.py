@@ -560,7 +560,7 @@ def test_hostile_requests_split_at_random_points(services: Services, seed: int) 
 
 
 def test_request_json_rules() -> None:
-    from gateway.errors import RequestError
+    from gateway.core.errors import RequestError
     from gateway.http.replies import parse_json_object
 
     # a surrogate *pair* is an ordinary astral character (json.dumps writes emoji so)
@@ -589,7 +589,7 @@ def test_request_json_rules() -> None:
 def test_out_of_descriptors_is_seen_through_the_wrappers() -> None:
     import errno
 
-    from gateway.httpclient import Origin, connect_error, fds_exhausted
+    from gateway.clients.httpclient import Origin, connect_error, fds_exhausted
 
     origin = Origin.parse("http://127.0.0.1:9/v1")
     emfile = OSError(errno.EMFILE, "Too many open files")

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import trio
 
-from gateway.sse import DONE, encode_json
+from gateway.core.sse import DONE, encode_json
 from harness.transport import Scripted, ScriptedTransport
 from tests.conftest import (
     ALICE_KEY,

@@ -119,7 +119,7 @@ def served(installed: Path, tmp_path: Path) -> Iterator[tuple[str, Path, Path]]:
     env.pop("PYTHONPATH", None)
     procs = [
         subprocess.Popen(
-            [str(installed / "python"), "-m", "gateway.demo_upstream", "--port", str(up), "--root", str(root)],
+            [str(installed / "python"), "-m", "gateway.cli.demo_upstream", "--port", str(up), "--root", str(root)],
             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         ),
         subprocess.Popen(

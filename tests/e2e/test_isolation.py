@@ -24,7 +24,7 @@ import httpx
 import pytest
 import trio
 
-from gateway.errors import StoreError
+from gateway.core.errors import StoreError
 from harness.transport import Scripted, ScriptedTransport
 from tests.conftest import (
     ALICE_KEY,

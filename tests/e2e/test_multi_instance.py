@@ -2,7 +2,7 @@
 
 Two ``gateway run`` processes (``A`` and ``B``, :mod:`harness.instances`), each with
 its own ``state_dir``, share one PostgreSQL database (a copy of the session cluster's
-migrated template); the demo upstream (:mod:`gateway.demo_upstream`, 20 ms between
+migrated template); the demo upstream (:mod:`gateway.cli.demo_upstream`, 20 ms between
 body writes: ``demo-long`` lasts about 4 s) runs in a third process. The clients are
 this test process (httpx, and the ``openai`` SDK for ``starting_after``). What each
 test shows:
@@ -44,8 +44,8 @@ import openai
 import pytest
 import trio
 
-from gateway.demo_upstream import demo_long_delta
-from gateway.sse import SSEDecoder
+from gateway.cli.demo_upstream import demo_long_delta
+from gateway.core.sse import SSEDecoder
 from harness.instances import GatewayProcess, UpstreamProcess, start_all, stop_all
 from harness.pgcluster import PgCluster
 from tests.conftest import ALICE_KEY, BOB_KEY, PG_TEMPLATE

@@ -1,7 +1,7 @@
 """Operations end to end, with real processes: drain, single instance, health, smoke.
 
 Every process is started with ``python -m gateway.cli`` / ``python -m
-gateway.demo_upstream`` from this interpreter, logs to a file under ``tmp_path``, and
+gateway.cli.demo_upstream`` from this interpreter, logs to a file under ``tmp_path``, and
 is stopped in a ``finally`` (SIGTERM, then SIGKILL) whatever the test did.
 """
 
@@ -22,7 +22,7 @@ import httpx
 import pytest
 import trio
 
-from gateway.sse import SSEDecoder
+from gateway.core.sse import SSEDecoder
 from tests.procs import Proc, clean_env, free_port
 
 KEY = "ops-alice-key-0123456789"
@@ -76,7 +76,7 @@ def demo_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoUpst
     root = base / "artifacts"
     proc = Proc(
         [
-            "-m", "gateway.demo_upstream", "--port", "0", "--root", str(root),
+            "-m", "gateway.cli.demo_upstream", "--port", "0", "--root", str(root),
             "--outside", str(base / "outside"), "--chunk-delay", "0.02",
         ],
         base / "upstream.log",
@@ -352,7 +352,7 @@ def test_replace_drains_the_running_one_and_takes_over(
         assert old.proc.wait(DRAIN + 5) == 0
         new.wait_for(r"listening on http://127\.0\.0\.1:\d+")
         assert f"asking pid {old.proc.pid} to drain" in new.text()
-        assert (old.state / "gateway.lock").read_text().strip() == str(new.pid)
+        assert (old.state / "gateway.ops.lock").read_text().strip() == str(new.pid)
         assert httpx.get(f"{old.url}/health", timeout=5).status_code == 200
     finally:
         old.proc.stop()

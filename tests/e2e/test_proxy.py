@@ -1,7 +1,7 @@
 """Issue 6, "Must show": the Open WebUI runs proxy end to end.
 
 Every test runs the whole chain on real hypercorn servers on 127.0.0.1 with ephemeral
-ports, inside the test's nursery: demo upstream -> gateway (``gateway.app``) -> runs
+ports, inside the test's nursery: demo upstream -> gateway (``gateway.api.app``) -> runs
 proxy (``gateway.proxy``). Requests are shaped exactly like Open WebUI 0.12.4's (see
 STACK-NOTES.md "What real clients accept"): body keys ``model, messages, stream`` plus
 a top-level ``download_link_mode`` when set; headers ``Authorization: Bearer <client
@@ -33,9 +33,9 @@ import openai
 import pytest
 import trio
 
-from gateway.demo_upstream import MODELS, WINDOWS_PATH, DemoFiles
+from gateway.cli.demo_upstream import MODELS, WINDOWS_PATH, DemoFiles
+from gateway.core.sse import DONE, SSEDecoder, encode_json
 from gateway.fronts.openwebui import NOTE_PATTERN, NOTE_START
-from gateway.sse import DONE, SSEDecoder, encode_json
 from harness.nothing import NOTHING_FOUND
 from harness.transport import Scripted, ScriptedTransport
 from tests.conftest import (

@@ -61,7 +61,7 @@ async def test_metrics_count_requests_by_route_and_status(proxy: Proxy) -> None:
 
 
 def test_no_static_route_on_either_app(tmp_path: Path) -> None:
-    from gateway.app import create_app
+    from gateway.api.app import create_app
     from gateway.proxy import create_proxy_app
 
     cfg = make_config(tmp_path, "http://127.0.0.1:9/v1")

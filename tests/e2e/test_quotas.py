@@ -31,8 +31,8 @@ import httpx
 import pytest
 import trio
 
-from gateway.errors import QuotaExceeded
-from gateway.smoke import SELFTEST_ROUTE
+from gateway.api.smoke import SELFTEST_ROUTE
+from gateway.core.errors import QuotaExceeded
 from tests.conftest import (
     ALICE_KEY,
     BOB_KEY,

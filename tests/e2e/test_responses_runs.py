@@ -51,9 +51,9 @@ from openai.types.responses import (
     ResponseTextDoneEvent,
 )
 
-from gateway.demo_upstream import DemoFiles, demo_long_delta
-from gateway.signing import new_artifact_id
-from gateway.sse import DONE, SSEDecoder, SSEEvent, encode_json
+from gateway.cli.demo_upstream import DemoFiles, demo_long_delta
+from gateway.core.sse import DONE, SSEDecoder, SSEEvent, encode_json
+from gateway.links.signing import new_artifact_id
 from harness.nothing import NOTHING_FOUND
 from harness.transport import Scripted, ScriptedTransport, split_at, split_every
 from tests.conftest import (

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from gateway.cli import main
-from gateway.signing import ACTIVE_KEY_MAX_AGE
+from gateway.links.signing import ACTIVE_KEY_MAX_AGE
 from gateway.store import EXPECTED_VERSION as V
 from harness.pgcluster import PgCluster
 from tests.conftest import ALICE_KEY, BOB_KEY, Gateway, Upstream, make_config, start_gateway

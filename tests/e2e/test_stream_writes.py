@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import trio
 
+from gateway.core.sse import DONE
 from gateway.http.connection import Connection
-from gateway.sse import DONE
 from harness.transport import Scripted, ScriptedTransport
 from tests.conftest import make_config, start_gateway
 from tests.e2e.test_hostile_upstream import CHAT, MESSAGES, SCRIPTED_URL, chunk

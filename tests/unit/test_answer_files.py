@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from gateway.artifacts import ArtifactService
-from gateway.errors import StoreError
-from gateway.events import Named, Text
-from gateway.pipeline import ChatPipeline
-from gateway.signing import Signer
-from gateway.sse import SSEEvent
+from gateway.core.errors import StoreError
+from gateway.core.events import Named, Text
+from gateway.core.sse import SSEEvent
+from gateway.links.artifacts import ArtifactService
+from gateway.links.signing import Signer
 from gateway.store import SQLiteStore
+from gateway.stream.pipeline import ChatPipeline
 from tests.conftest import make_config
 
 Step = SSEEvent | Callable[[], None]

@@ -7,10 +7,12 @@
   shapes, the errors, the signatures, the fronts, HTTP/1 heads) import no trio/HTTP
   library, neither directly nor through another gateway module (no "upward" import
   into the glue);
-- the layers import downwards only: the stream engine (``gateway.stream``) nothing of
-  the HTTP server; the HTTP server (``gateway.http``) nothing of what it serves (the
+- the layers import downwards only: the stream engine (``gateway.stream``) nothing but
+  the sans-IO core; the HTTP server (``gateway.http``) nothing of what it serves (the
   routes, the app, the proxy, the runs, the store...), only the sans-IO core, the
   stream engine and the few modules listed in :data:`HTTP_MAY_IMPORT`;
+- every module lives in one layer (:data:`LAYERS`, lowest first) and imports only
+  from its own layer and the ones below it;
 - the one seam into a dependency's internals is :mod:`gateway.http.seam`: no other
   gateway module imports from a dependency's private module or names hypercorn's
   worker.
@@ -27,25 +29,25 @@ GATEWAY = ROOT / "gateway"
 MAX_FUNCTION_LINES = 80
 IO_LIBRARIES = frozenset({"trio", "httpx", "quart", "quart_trio", "hypercorn", "anyio"})
 SANS_IO = (
-    "gateway.sse",
-    "gateway.paths",
-    "gateway.rewrite",
-    "gateway.events",
-    "gateway.shapes",
-    "gateway.errors",
-    "gateway.signing",
+    "gateway.core.sse",
+    "gateway.core.paths",
+    "gateway.core.rewrite",
+    "gateway.core.events",
+    "gateway.core.checks",
+    "gateway.core.errors",
+    "gateway.links.signing",
     "gateway.fronts",
     "gateway.fronts.chat",
     "gateway.fronts.responses",
     "gateway.fronts.runs",
     "gateway.fronts.openwebui",
-    "gateway.chunked",
+    "gateway.core.chunked",
     "gateway.http.h1",
 )
 #: what the HTTP server may import of the gateway besides itself, the stream engine and
 #: the sans-IO modules: the error tree, the JSON shapes and SSE encoding its replies
 #: use, the log helpers, the idle memory trim
-HTTP_MAY_IMPORT = frozenset({"gateway.logs", "gateway.memory"})
+HTTP_MAY_IMPORT = frozenset({"gateway.ops.logs", "gateway.ops.memory"})
 
 
 def module_name(path: Path) -> str:
@@ -139,7 +141,9 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_import_graph_has_no_cycle() -> None:
     edges = graph()
-    assert len(edges) > 50 and "gateway.sse" in edges["gateway.pipeline"]  # the parser works
+    assert (
+        len(edges) > 50 and "gateway.core.sse" in edges["gateway.stream.pipeline"]
+    )  # the parser works
     assert not cycles(edges), f"import cycles: {cycles(edges)}"
 
 
@@ -189,13 +193,13 @@ def _gateway_deps(edges: dict[str, set[str]], name: str) -> set[str]:
     return {d for d in edges[name] if d.startswith("gateway") and d != "gateway"}
 
 
-def test_the_stream_engine_imports_nothing_of_the_http_server() -> None:
+def test_the_stream_engine_imports_only_the_core() -> None:
     edges = graph()
     stream = [m for m in edges if _in(m, "gateway.stream")]
     assert "gateway.stream.relay" in stream and "gateway.stream.clock" in stream
     for name in stream:
         up = {d for d in _gateway_deps(edges, name) if not _in(d, "gateway.stream")}
-        assert up <= {"gateway.errors"}, f"{name} imports {sorted(up)}"
+        assert all(_in(d, "gateway.core") for d in up), f"{name} imports {sorted(up)}"
 
 
 def test_the_http_server_imports_nothing_of_what_it_serves() -> None:
@@ -241,3 +245,54 @@ def test_one_seam_into_a_dependency() -> None:
     assert found, "the check finds nothing: it is broken"
     outside = [f for f in found if not f.startswith("gateway.http.seam:")]
     assert not outside, outside
+
+
+#: the layers of ``gateway/``, lowest first: a module imports only from its own layer and
+#: the ones below (docs/design.md, "Layout"); ``gateway`` itself holds only the version
+LAYERS = (
+    "gateway.core",  # sans-IO: errors, events, SSE, paths, rewriting, checks
+    "gateway.fronts",  # encoders of the neutral events into each wire format
+    "gateway.ops",  # configuration, logs, the instance lock, memory trim, supervisor files
+    "gateway.store",  # SQLite and PostgreSQL
+    "gateway.principals",  # keys, quotas, sessions
+    "gateway.links",  # artifacts, agent homes, signatures, pages
+    "gateway.stream",  # the relay engine and the pipeline stages
+    "gateway.http",  # the HTTP/1.1 server
+    "gateway.clients",  # outbound HTTP: the upstream, Open WebUI
+    "gateway.runs",  # background runs
+    "gateway.api",  # the API server
+    "gateway.proxy",  # the runs proxy for Open WebUI
+    "gateway.cli",  # the commands
+)
+
+
+def layer_of(module: str) -> int:
+    for i, layer in enumerate(LAYERS):
+        if _in(module, layer):
+            return i
+    raise AssertionError(f"{module} is in no layer: put it in one of {LAYERS}")
+
+
+def test_every_module_is_in_a_layer_and_imports_downwards() -> None:
+    edges = graph()
+    assert len({layer_of(m) for m in edges if m not in ("gateway", "gateway.__main__")}) == len(
+        LAYERS
+    )
+    upward = []
+    for name in edges:
+        if name in ("gateway", "gateway.__main__"):
+            continue
+        for dep in _gateway_deps(edges, name):
+            if layer_of(dep) > layer_of(name):
+                upward.append(f"{name} -> {dep}")
+    assert not upward, f"imports into a higher layer: {upward}"
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    assert layer_of("gateway.core.paths") < layer_of("gateway.api.routes.chat")
+    assert layer_of("gateway.stream.relay") < layer_of("gateway.http.serve")
+    try:
+        layer_of("gateway.nowhere")
+    except AssertionError:
+        return
+    raise AssertionError("a module outside every layer was accepted")

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.artifacts import (
+from gateway.core.errors import NotFound, StoreError
+from gateway.links.artifacts import (
     READ_CHUNK,
     ArtifactService,
     DeniedNames,
@@ -25,8 +26,7 @@ from gateway.artifacts import (
     etag,
     parse_range,
 )
-from gateway.errors import NotFound, StoreError
-from gateway.signing import Signer
+from gateway.links.signing import Signer
 from gateway.store import ArtifactRecord, SQLiteStore
 from tests.conftest import make_config
 

@@ -1,13 +1,13 @@
-"""Bearer-key lookup (gateway.auth.Authenticator): a key once found is remembered by
+"""Bearer-key lookup (gateway.principals.auth.Authenticator): a key once found is remembered by
 its text, and nothing else is."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.auth import Authenticator
-from gateway.config import KeyEntry
-from gateway.errors import AuthError
+from gateway.core.errors import AuthError
+from gateway.ops.config import KeyEntry
+from gateway.principals.auth import Authenticator
 
 ALICE = "alice-key-0123456789abcdef"
 PROXY = "proxy-key-0123456789abcdef"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.events import BOUNDARY, Event, Finish, Meta, Named, Role, Text, Usage
+from gateway.core.events import BOUNDARY, Event, Finish, Meta, Named, Role, Text, Usage
 from gateway.fronts.chat import ChatEncoder
 from gateway.fronts.openwebui import OpenWebUIEncoder
 

@@ -1,4 +1,4 @@
-"""The bulk chunked-body decoder (gateway/chunked.py) against h11, the reference.
+"""The bulk chunked-body decoder (gateway/core/chunked.py) against h11, the reference.
 
 Every body runs whole, one byte at a time, at every split point and at seeded random
 splits; the payload must be identical each time, and identical to what h11 (which
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.chunked import MAX_LINE, ChunkedDecoder, ChunkedError
+from gateway.core.chunked import MAX_LINE, ChunkedDecoder, ChunkedError
 
 PROPERTY_SETTINGS = settings(max_examples=300, deadline=None, database=None)
 

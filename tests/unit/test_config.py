@@ -1,4 +1,4 @@
-"""Tests for gateway.config: defaults, file + env precedence, and every refusal."""
+"""Tests for gateway.ops.config: defaults, file + env precedence, and every refusal."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from gateway.config import (
+from gateway.core.errors import ConfigError
+from gateway.ops.config import (
     DEFAULT_DENIED,
     ENV_OVERRIDES,
     Config,
@@ -21,7 +22,6 @@ from gateway.config import (
     load_config,
     parse_bind,
 )
-from gateway.errors import ConfigError
 
 # Copied verbatim from DESIGN.md, section "Configuration".
 DESIGN_EXAMPLE = """\
@@ -929,7 +929,7 @@ def test_config_file_readable_by_others_with_secrets_is_warned(home: Path, tmp_p
     """Like the signing-key file (refused with group/other bits), but a warning: naming
     the file, its mode and the keys that hold secrets, never a secret."""
     from gateway.cli.config import config_warnings
-    from gateway.config import config_file_warning, inspect_config, read_config_file
+    from gateway.ops.config import config_file_warning, inspect_config, read_config_file
 
     file = tmp_path / "gateway.toml"
     file.write_text(

@@ -3,7 +3,7 @@ every code in the table is one the code can emit.
 
 The codes are collected from the source (``ast``, no import), from these positions:
 
-- a ``code = "..."`` class attribute of a :class:`gateway.errors.GatewayError`
+- a ``code = "..."`` class attribute of a :class:`gateway.core.errors.GatewayError`
   subclass, when that class is created somewhere without a ``code=`` argument (its
   default then goes out; a base class always given a code emits nothing of its own);
 - a ``code="..."`` keyword argument, a positional argument in the place of a

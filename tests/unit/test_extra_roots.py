@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.config import config_from_dict
-from gateway.rewrite import rewrite
-from gateway.state import extra_roots
+from gateway.api.state import extra_roots
+from gateway.core.rewrite import rewrite
+from gateway.ops.config import config_from_dict
 
 
 def roots_of(tmp_path: Path, *roots: str, mounts: tuple[str, ...] = ()) -> tuple[str, ...]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
+from gateway.core.sse import SSEDecoder
 from gateway.fronts.responses import (
     ResponsesEncoder,
     ResponsesJournalFront,
     journal_response_sse,
 )
-from gateway.sse import SSEDecoder
 from gateway.store import INTERRUPTED_ERROR
 from gateway.store.base import interrupted_event
 

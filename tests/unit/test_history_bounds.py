@@ -8,7 +8,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.sessions import message_bytes, trim_history
+from gateway.principals.sessions import message_bytes, trim_history
 
 messages = st.lists(
     st.fixed_dictionaries(

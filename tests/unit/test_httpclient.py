@@ -1,7 +1,7 @@
-"""The one upstream client (gateway/httpclient.py, through gateway/upstream.py) over
+"""The one upstream client (gateway/clients/httpclient.py, through gateway/clients/upstream.py) over
 real sockets: a scripted raw server on 127.0.0.1 writes exact bytes, each write its own
 read at the client. Every answer is read the way the relay reads it
-(:class:`gateway.sources.SSESource`): the events, or the error (code, status,
+(:class:`gateway.clients.sources.SSESource`): the events, or the error (code, status,
 Retry-After), whatever the framing, the splits and the order of reads."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import trio
 
-from gateway import httpclient
-from gateway.config import UpstreamConfig
-from gateway.errors import GatewayError
-from gateway.httpclient import HTTPClient
-from gateway.sources import SSESource
-from gateway.upstream import Upstream
+from gateway.clients import httpclient
+from gateway.clients.httpclient import HTTPClient
+from gateway.clients.sources import SSESource
+from gateway.clients.upstream import Upstream
+from gateway.core.errors import GatewayError
+from gateway.ops.config import UpstreamConfig
 from tests.upstream_server import BODY, CUTS, EVENTS, HEAD, chunk, raw_server, split
 
 BODY_IN = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from gateway.rewrite import MAX_GLUED, MAX_IDENTIFIER, rewrite, scrub_identifier
+from gateway.core.rewrite import MAX_GLUED, MAX_IDENTIFIER, rewrite, scrub_identifier
 from tests import pathgen
 
 
@@ -188,7 +188,7 @@ def test_no_folder_of_a_glued_path_shows_past_a_path_inside_it(
 def test_the_pipelines_cache_of_scrubbed_ids_gives_what_scrubbing_gives() -> None:
     """Model ids are scrubbed once per app (PipelineSettings.identifiers): a cached
     answer is the scrubber's, the cache stays bounded and long ids are not kept."""
-    from gateway import pipeline as pl
+    from gateway.stream import pipeline as pl
     from tests import pipegen
 
     settings = pl.PipelineSettings()

@@ -1,4 +1,4 @@
-"""gateway.logs: the text and JSON line formats, access lines, per-app tags."""
+"""gateway.ops.logs: the text and JSON line formats, access lines, per-app tags."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Literal
 import pytest
 import trio
 
-from gateway import logs
-from gateway.logs import (
+from gateway.ops import logs
+from gateway.ops.logs import (
     AccessEntry,
     access_message,
     app_tag,
@@ -243,7 +243,7 @@ def test_app_tags() -> None:
 
     assert app_tag(App("gateway")) == "gateway"
     assert app_tag(App("gateway-proxy")) == "proxy"
-    assert app_tag(App("gateway.demo_upstream")) == "upstream"
+    assert app_tag(App("gateway.cli.demo_upstream")) == "upstream"
     assert app_tag(App("other")) == "other"
     tagged_app = App("gateway")
     tagged_app.log_tag = "canary"  # type: ignore[attr-defined]

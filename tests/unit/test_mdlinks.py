@@ -1,4 +1,4 @@
-"""Markdown links around paths (gateway/mdlinks.py, through the streaming rewriter).
+"""Markdown links around paths (gateway/core/markdown.py, through the streaming rewriter).
 
 Every case runs whole, byte by byte, at every split point, every pair of split points
 (short texts) and seeded random splits (``test_rewrite.chunkings``); the streamed output
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.mdlinks import MAX_LINK_TEXT
-from gateway.rewrite import StreamRewriter, rewrite
+from gateway.core.markdown import MAX_LINK_TEXT
+from gateway.core.rewrite import StreamRewriter, rewrite
 from tests.unit.test_rewrite import chunkings
 
 URL = "https://gw.example/v1/artifacts/x"

@@ -1,4 +1,4 @@
-"""gateway.memory: freed heap goes back to the OS once the process is idle, never
+"""gateway.ops.memory: freed heap goes back to the OS once the process is idle, never
 while requests run (virtual time: trio's autojump clock)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import trio
 import trio.testing
 
-from gateway import memory
+from gateway.ops import memory
 
 REAL_FREEZE = memory.freeze_start_up
 
@@ -139,10 +139,10 @@ def test_the_detector_built_first_is_the_one_the_app_takes(tmp_path: Path) -> No
     """``gateway run`` builds the path detector before the app's modules load (its
     regexes' short-lived objects then no longer pin allocator arenas the imports would
     otherwise fill); the app must take that detector, not build a second one."""
-    from gateway.app import create_app
+    from gateway.api.app import create_app
     from gateway.cli.serve import _detector_first
-    from gateway.config import extra_roots
-    from gateway.paths import PathDetector
+    from gateway.core.paths import PathDetector
+    from gateway.ops.config import extra_roots
     from tests.conftest import make_config
 
     cfg = make_config(tmp_path, "http://127.0.0.1:9/v1")
@@ -162,10 +162,10 @@ def test_the_detector_is_built_before_the_app_modules_load(tmp_path: Path) -> No
     code = (
         "import sys\n"
         "from gateway.cli.serve import _detector_first\n"
-        "from gateway.config import config_from_dict\n"
+        "from gateway.ops.config import config_from_dict\n"
         f"cfg = config_from_dict({{'state_dir': {str(tmp_path)!r}}})\n"
         "_detector_first(cfg)\n"
-        "print(sorted(m for m in ('quart', 'hypercorn', 'httpx', 'gateway.app')"
+        "print(sorted(m for m in ('quart', 'hypercorn', 'httpx', 'gateway.api.app')"
         " if m in sys.modules))\n"
     )
     out = subprocess.run(

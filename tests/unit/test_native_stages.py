@@ -21,12 +21,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.events import Event, Finish, Text, ToolCall, ToolProgress, ToolResult, Usage
+from gateway.api.routes._native import continued
+from gateway.core.events import Event, Finish, Text, ToolCall, ToolProgress, ToolResult, Usage
+from gateway.core.sse import SSEDecoder, SSEEvent
 from gateway.fronts.responses import ResponsesEncoder
 from gateway.fronts.runs import RunEncoder
-from gateway.native import NativeApis, ResponsesEventsPipeline, RunEventsPipeline, chat_usage
-from gateway.routes._native import continued
-from gateway.sse import SSEDecoder, SSEEvent
+from gateway.stream.native import NativeApis, ResponsesEventsPipeline, RunEventsPipeline, chat_usage
 from tests.pipegen import StubLinks, run_sync
 
 #: the keys the stages read, and a few they must not

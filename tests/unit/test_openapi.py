@@ -1,4 +1,4 @@
-"""The OpenAPI documents (gateway/openapi.py) are equal to the apps' routes: every rule of
+"""The OpenAPI documents (gateway/api/openapi.py) are equal to the apps' routes: every rule of
 each Quart app's ``url_map`` is a path of its document with exactly its methods, and the
 document has nothing else; both are valid OpenAPI 3.1; every error answer is the
 stable error body; each server serves its own at ``/openapi.json``."""
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from openapi_spec_validator import validate
 
-from gateway.app import create_app
-from gateway.openapi import api_document, proxy_document
+from gateway.api.app import create_app
+from gateway.api.openapi import api_document, proxy_document
 from gateway.proxy import create_proxy_app
 from tests.conftest import proxy_config
 

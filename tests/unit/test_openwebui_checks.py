@@ -9,8 +9,8 @@ import json
 import httpx
 import pytest
 
-from gateway.errors import GatewayError
-from gateway.openwebui import CHECK_BURST, OpenWebUI
+from gateway.clients.openwebui import CHECK_BURST, OpenWebUI
+from gateway.core.errors import GatewayError
 
 
 def jwt_shaped(i: int) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.auth import _PRINCIPAL_RE
-from gateway.openwebui import owner_for_user
+from gateway.clients.openwebui import owner_for_user
+from gateway.principals.auth import _PRINCIPAL_RE
 
 
 @given(st.text(max_size=200))

@@ -9,8 +9,8 @@ import shlex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.errors import AuthError, Gone, NotFound
-from gateway.pages import curl_hint, download_link, error_page
+from gateway.core.errors import AuthError, Gone, NotFound
+from gateway.links.pages import curl_hint, download_link, error_page
 
 BASE = "https://gw.example.com/prefix"
 VALID = "A1b2_C3-d4E5f6G7h8"

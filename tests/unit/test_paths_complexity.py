@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-import gateway.paths as P
-from gateway.rewrite import StreamRewriter, rewrite
+import gateway.core.paths as P
+from gateway.core.rewrite import StreamRewriter, rewrite
 
 ROOTS = ["/tmp/rt1/zqroot", "/zqagentws", "C:\\zqwinwork"]
 

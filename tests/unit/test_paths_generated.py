@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.paths import PathDetector
-from gateway.rewrite import StreamRewriter, rewrite
+from gateway.core.paths import PathDetector
+from gateway.core.rewrite import StreamRewriter, rewrite
 from tests import pathgen
 
 ROOTS = pathgen.CONFIG_ROOTS

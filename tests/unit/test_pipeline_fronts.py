@@ -27,15 +27,15 @@ from typing import Any
 import pytest
 
 import gateway.fronts.responses as responses_front
-from gateway.events import Extra, Finish, Meta, Named, Role, Text, ToolCall, Usage
+from gateway.core.checks import check_usage
+from gateway.core.events import Extra, Finish, Meta, Named, Role, Text, ToolCall, Usage
+from gateway.core.sse import SSEEvent
 from gateway.fronts.chat import ChatEncoder
 from gateway.fronts.openwebui import OpenWebUIEncoder, private_note
 from gateway.fronts.responses import ResponsesEncoder, ResponsesJournalFront, response_sse
 from gateway.fronts.runs import RunEncoder, run_sse
-from gateway.pipeline import ChatPipeline, Scrubber
 from gateway.proxy.stream import RunEventStage
-from gateway.shapes import check_usage
-from gateway.sse import SSEEvent
+from gateway.stream.pipeline import ChatPipeline, Scrubber
 from tests import pathgen, pipegen
 from tests.pipegen import Body, StubLinks, Trace, run_sync
 
@@ -570,7 +570,7 @@ def test_a_long_text_is_rewritten_in_slices_with_pauses() -> None:
     """A ~1 MB event of path-like text costs seconds of rewriting: the pipeline feeds it
     in slices and awaits its ``pause`` (a trio checkpoint in the gateway) between them,
     so other streams go on; the text is what one feed gives, whatever the slices cut."""
-    from gateway.pipeline import FEED_SLICE
+    from gateway.stream.pipeline import FEED_SLICE
 
     unit = "see /tmp/zqsecretaa01/zqsecretbb02/r.txt and (((( "
     text = unit * (6 * FEED_SLICE // len(unit))

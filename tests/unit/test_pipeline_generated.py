@@ -37,13 +37,13 @@ import trio
 from hypothesis import HealthCheck, given, settings
 
 import gateway.fronts.responses as responses_module
-from gateway.events import Meta
+from gateway.core.events import Meta
+from gateway.core.rewrite import rewrite
 from gateway.fronts.chat import ChatEncoder
 from gateway.fronts.openwebui import OpenWebUIEncoder, private_note
 from gateway.fronts.responses import ResponsesEncoder
 from gateway.fronts.runs import RunEncoder, run_sse
-from gateway.pipeline import Scrubber
-from gateway.rewrite import rewrite
+from gateway.stream.pipeline import Scrubber
 from tests import pathgen, pipegen
 from tests.pipegen import Body, Trace
 

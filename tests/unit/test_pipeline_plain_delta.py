@@ -17,9 +17,9 @@ from unittest import mock
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from gateway.events import BOUNDARY, Text
-from gateway.pipeline import ChatPipeline
-from gateway.sse import SSEEvent
+from gateway.core.events import BOUNDARY, Text
+from gateway.core.sse import SSEEvent
+from gateway.stream.pipeline import ChatPipeline
 from tests import pipegen
 from tests.pipegen import Body
 

@@ -18,8 +18,8 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.pipeline import ChatPipeline
-from gateway.sse import SSEEvent
+from gateway.core.sse import SSEEvent
+from gateway.stream.pipeline import ChatPipeline
 from tests import pipegen
 
 CI = settings(

@@ -13,7 +13,7 @@ from typing import Any
 import jwt
 import pytest
 
-from gateway.errors import AuthError
+from gateway.core.errors import AuthError
 from gateway.proxy.identity import JWT_LEEWAY_SECONDS, verify_openwebui_jwt
 
 RECORDED = json.loads((Path(__file__).parents[1] / "data" / "openwebui_jwt.json").read_text())

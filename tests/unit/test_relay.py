@@ -18,7 +18,7 @@ import pytest
 import trio
 import trio.testing
 
-from gateway.errors import Draining, GatewayError, RunLogFull, StoreError, UpstreamError
+from gateway.core.errors import Draining, GatewayError, RunLogFull, StoreError, UpstreamError
 from gateway.stream.relay import CANCELLED, Relay, RelayOptions
 
 

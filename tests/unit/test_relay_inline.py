@@ -13,7 +13,7 @@ import pytest
 import trio
 import trio.testing
 
-from gateway.errors import UpstreamError
+from gateway.core.errors import UpstreamError
 from gateway.stream import relay as relay_module
 from gateway.stream.relay import INLINE_READS, OUT_BUFFER, Relay
 from tests.unit.test_relay import Echo, Script, Tags, opts, take_instant

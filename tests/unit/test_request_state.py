@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.events import TextLog
+from gateway.core.events import TextLog
 from gateway.http.exchange import Disconnect
 
 

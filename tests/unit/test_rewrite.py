@@ -20,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from gateway.paths import Context, PathDetector, PathMatch, file_name
-from gateway.rewrite import StreamRewriter, render, rewrite
+from gateway.core.paths import Context, PathDetector, PathMatch, file_name
+from gateway.core.rewrite import StreamRewriter, render, rewrite
 
 CORPUS = json.loads((Path(__file__).parent.parent / "data" / "path_corpus.json").read_text())
 ROOTS = ["/workspace", "/data/artifacts", "/srv/agent/artifacts", "C:\\work"]
@@ -336,7 +336,7 @@ def test_same_path_same_resolution_in_every_context() -> None:
 
 
 def test_could_contain_path_is_a_safe_filter() -> None:
-    from gateway.paths import could_contain_path
+    from gateway.core.paths import could_contain_path
 
     for case in CORPUS:
         if case["paths"]:
@@ -980,7 +980,7 @@ def test_a_uri_encoded_twice_is_decoded_twice(text: str, expected: str) -> None:
 def _inner_folder_cases() -> Iterator[tuple[str, str]]:
     """Space-holding folders software creates below the top are read whole inside a
     prose path, in every separator spelling; the path's name is what is left."""
-    from gateway.paths import INNER_FOLDERS
+    from gateway.core.paths import INNER_FOLDERS
 
     names = [w.title() for w in INNER_FOLDERS] + [
         "OneDrive - Contoso Ltd",

@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 import trio
 
-from gateway.reaper import (
+from gateway.runs.bus import RunBus, follow_events
+from gateway.runs.reaper import (
     MaintenanceSettings,
     keep_lease,
     lease_watcher,
     reap_once,
     run_maintenance,
 )
-from gateway.runbus import RunBus, follow_events
 from gateway.store import INTERRUPTED_ERROR, RunRecord, Store
 from tests.conftest import Backend
 from tests.unit.test_store_contract import ev, new_run
@@ -209,7 +209,7 @@ async def test_keep_lease_renews_then_reports_a_lost_lease(store: Store) -> None
 CHILD = """
 import sys, time, trio
 from pathlib import Path
-from gateway.reaper import keep_lease
+from gateway.runs.reaper import keep_lease
 from gateway.store import RunRecord, open_store
 
 store = open_store(Path(sys.argv[1]), sys.argv[2])
@@ -307,7 +307,7 @@ def test_reap_once(backend: Backend) -> None:
 
 
 async def test_run_maintenance_starts_and_stops(backend: Backend) -> None:
-    from gateway.signing import Signer
+    from gateway.links.signing import Signer
 
     store = backend.open()
     signer = Signer.from_store(store)
@@ -326,7 +326,7 @@ async def test_run_maintenance_starts_and_stops(backend: Backend) -> None:
 
 
 def test_settings_from_config() -> None:
-    from gateway.config import config_from_dict
+    from gateway.ops.config import config_from_dict
 
     assert MaintenanceSettings.from_config(config_from_dict({})) == MaintenanceSettings()
     got = MaintenanceSettings.from_config(

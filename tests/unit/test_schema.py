@@ -14,9 +14,10 @@ from typing import Any, Literal
 
 import pytest
 
-from gateway import schema
 from gateway.cli.config import config_warnings, effective_text, example_text
-from gateway.config import (
+from gateway.core.errors import ConfigError
+from gateway.ops import schema
+from gateway.ops.config import (
     DEPRECATED_ALIASES,
     ENV_OVERRIDES,
     Config,
@@ -24,8 +25,7 @@ from gateway.config import (
     inspect_config,
     mask_database_url,
 )
-from gateway.errors import ConfigError
-from gateway.schema import Ctx, mask_secret, setting, to_toml_value, toml_literal
+from gateway.ops.schema import Ctx, mask_secret, setting, to_toml_value, toml_literal
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

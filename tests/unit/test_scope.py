@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from gateway.agenthome import HERMES_ENTRIES, AgentHomes
-from gateway.artifacts import ArtifactService
-from gateway.config import config_from_dict, principal_folder
-from gateway.errors import ConfigError, Gone
-from gateway.signing import Signer
+from gateway.core.errors import ConfigError, Gone
+from gateway.links.agenthome import HERMES_ENTRIES, AgentHomes
+from gateway.links.artifacts import ArtifactService
+from gateway.links.signing import Signer
+from gateway.ops.config import config_from_dict, principal_folder
 from gateway.store import SQLiteStore
 
 ALICE = {"key": "alice-key-0123456789abcdef", "principal": "alice"}
@@ -238,7 +238,7 @@ def test_config_cases_the_red_team_found(tmp_path: Path) -> None:
     """{principal} in a scope root is refused; a scope root above everyone's folders and
     principals that differ only in case are warned about."""
     from gateway.cli.config import config_warnings
-    from gateway.config import inspect_config
+    from gateway.ops.config import inspect_config
 
     with pytest.raises(ConfigError) as info:
         config_from_dict(

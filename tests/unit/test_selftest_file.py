@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway.smoke import SELFTEST_DIR, selftest_content, selftest_file_name, write_selftest_file
+from gateway.api.smoke import (
+    SELFTEST_DIR,
+    selftest_content,
+    selftest_file_name,
+    write_selftest_file,
+)
 
 NONCE = "ab" * 8
 

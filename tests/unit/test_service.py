@@ -16,8 +16,16 @@ import httpx
 import pytest
 
 from gateway import cli
-from gateway.health import poll_health
-from gateway.lock import (
+from gateway.api.smoke import (
+    SELFTEST_DIR,
+    check_selftest_stream,
+    find_host_paths,
+    selftest_content,
+    selftest_script,
+    write_selftest_file,
+)
+from gateway.cli.healthpoll import poll_health
+from gateway.ops.lock import (
     AlreadyRunning,
     InstanceLock,
     detect_supervisor,
@@ -26,7 +34,7 @@ from gateway.lock import (
     replace_running,
     supervisor_of_pid,
 )
-from gateway.service import (
+from gateway.ops.supervisor import (
     LaunchdJob,
     NotLoaded,
     ServiceSpec,
@@ -36,14 +44,6 @@ from gateway.service import (
     render_launchd,
     render_systemd,
     stop_timeout,
-)
-from gateway.smoke import (
-    SELFTEST_DIR,
-    check_selftest_stream,
-    find_host_paths,
-    selftest_content,
-    selftest_script,
-    write_selftest_file,
 )
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "launchctl"
@@ -400,7 +400,7 @@ def test_replace_refuses_a_supervised_holder(tmp_path: Path) -> None:
         with pytest.raises(AlreadyRunning) as info:
             replace_running(
                 tmp_path,
-                AlreadyRunning(tmp_path / "gateway.lock", held.pid),
+                AlreadyRunning(tmp_path / "gateway.ops.lock", held.pid),
                 timeout=1,
                 say=said.append,
             )

@@ -1,4 +1,4 @@
-"""gateway.shapes.loads_bounded with a decoder made once: json.loads with that
+"""gateway.core.checks.loads_bounded with a decoder made once: json.loads with that
 decoder's options, for text and bytes alike."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gateway.shapes import JSONTooDeep, loads_bounded
+from gateway.core.checks import JSONTooDeep, loads_bounded
 
 
 def _marked(text: str) -> tuple[str, str]:

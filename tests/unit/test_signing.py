@@ -1,4 +1,4 @@
-"""Tests for gateway.signing: key file hygiene, link signatures, rotation, principal ids."""
+"""Tests for gateway.links.signing: key file hygiene, link signatures, rotation, principal ids."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.errors import ConfigError
-from gateway.signing import ACTIVE_KEY_MAX_AGE, KEY_FILE_NAME, Signer, new_artifact_id
+from gateway.core.errors import ConfigError
+from gateway.links.signing import ACTIVE_KEY_MAX_AGE, KEY_FILE_NAME, Signer, new_artifact_id
 from tests.conftest import Backend
 
 EXP = 1_900_000_000
@@ -381,7 +381,7 @@ def test_a_differing_key_file_is_warned_about_and_ignored(
     first = Signer.from_store(backend.open())
     other_dir = tmp_path / "other-instance"
     stray = Signer.load_or_create(other_dir)  # an instance that had its own key file
-    with caplog.at_level("WARNING", logger="gateway.signing"):
+    with caplog.at_level("WARNING", logger="gateway.links.signing"):
         signer = Signer.from_store(backend.open(), state_dir=other_dir)
     assert signer.active_kid == first.active_kid != stray.active_kid
     assert any("differs" in r.getMessage() for r in caplog.records)
@@ -389,7 +389,7 @@ def test_a_differing_key_file_is_warned_about_and_ignored(
     secret = json.loads((other_dir / KEY_FILE_NAME).read_text())["keys"][0]["secret"]
     assert all(secret not in r.getMessage() for r in caplog.records)
     caplog.clear()
-    with caplog.at_level("WARNING", logger="gateway.signing"):
+    with caplog.at_level("WARNING", logger="gateway.links.signing"):
         Signer.from_store(backend.open(), state_dir=tmp_path / "no-file-here")
     assert caplog.records == []
 
@@ -400,7 +400,7 @@ def test_principal_ids_are_remembered_within_a_bound(
     """principal_id keeps its answers (an HMAC per request was ~10 k instructions), at
     most PRINCIPAL_IDS of them (a proxy may assert any number of owners); a remembered
     id is the one computed afresh."""
-    import gateway.signing as signing
+    import gateway.links.signing as signing
 
     monkeypatch.setattr(signing, "PRINCIPAL_IDS", 3)
     signer = Signer.load_or_create(tmp_path)

@@ -1,4 +1,4 @@
-"""Tests for the sans-IO SSE codec (gateway/sse.py).
+"""Tests for the sans-IO SSE codec (gateway/core/sse.py).
 
 Every decoder case runs whole, one byte at a time, at every split point (and every
 pair of split points for short inputs), with empty chunks, and with seeded random
@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.errors import SSEEventTooLarge
-from gateway.sse import (
+from gateway.core.errors import SSEEventTooLarge
+from gateway.core.sse import (
     DONE,
     SSEDecoder,
     SSEEvent,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.errors import ConfigError
+from gateway.core.errors import ConfigError
 from gateway.store import (
     DB_FILE_NAME,
     EXPECTED_VERSION,

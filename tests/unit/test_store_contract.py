@@ -294,7 +294,7 @@ def test_update_json_is_atomic_across_instances(backend: Backend) -> None:
 async def test_session_appends_from_two_instances_all_land(backend: Backend) -> None:
     import trio
 
-    from gateway.sessions import Sessions
+    from gateway.principals.sessions import Sessions
 
     one, two = Sessions(backend.open()), Sessions(backend.open())
     async with trio.open_nursery() as nursery:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.events import Text, ToolCall, ToolProgress, ToolResult
+from gateway.core.events import Text, ToolCall, ToolProgress, ToolResult
+from gateway.core.sse import SSEDecoder, SSEEvent
 from gateway.fronts.chat import ChatEncoder
 from gateway.fronts.openwebui import OpenWebUIEncoder
 from gateway.fronts.responses import ResponsesEncoder
 from gateway.fronts.runs import RunEncoder
-from gateway.native import RunEventsPipeline
-from gateway.pipeline import NAMES_READ, STATUS_CHARS, ChatPipeline
-from gateway.sse import SSEDecoder, SSEEvent
+from gateway.stream.native import RunEventsPipeline
+from gateway.stream.pipeline import NAMES_READ, STATUS_CHARS, ChatPipeline
 from tests.pipegen import StubLinks, run_sync
 
 SECRET = "zqsecretprog"

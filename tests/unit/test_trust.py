@@ -1,5 +1,5 @@
-"""The clients' TLS trust, loaded on the first TLS connection (gateway.trust): the
-upstream client (gateway.httpclient) and the httpx clients of the proxy and Open WebUI
+"""The clients' TLS trust, loaded on the first TLS connection (gateway.clients.trust): the
+upstream client (gateway.clients.httpclient) and the httpx clients of the proxy and Open WebUI
 make the same checks as httpx's default, against a real TLS server on 127.0.0.1 with a
 test CA (tests/data/tls), and load nothing before."""
 
@@ -14,10 +14,10 @@ import httpx
 import pytest
 import trio
 
-from gateway.errors import GatewayError
-from gateway.httpclient import HTTPClient
-from gateway.trust import trust_problem, verify_context
-from gateway.upstream import new_client
+from gateway.clients.httpclient import HTTPClient
+from gateway.clients.trust import trust_problem, verify_context
+from gateway.clients.upstream import new_client
+from gateway.core.errors import GatewayError
 
 TLS = Path(__file__).parent.parent / "data" / "tls"
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
@@ -170,7 +170,7 @@ async def test_a_trust_file_that_cannot_be_loaded_is_said_once_and_retried(
                 assert _verify_failure(err.value)
                 assert err.value.code == "upstream_tls_failed"
                 assert str(tmp_path) not in err.value.message
-            lines = [r.getMessage() for r in caplog.records if r.name == "gateway.trust"]
+            lines = [r.getMessage() for r in caplog.records if r.name == "gateway.clients.trust"]
             assert len(lines) == 1 and f"SSL_CERT_FILE={cafile}" in lines[0]
             cafile.write_bytes((TLS / "ca.pem").read_bytes())
             resp = await client.open("GET", "/")

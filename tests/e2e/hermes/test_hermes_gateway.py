@@ -32,7 +32,7 @@ import openai
 import pytest
 import trio
 
-from gateway.sse import SSEDecoder
+from gateway.core.sse import SSEDecoder
 from harness.scripted_llm import ToolCall, Turn
 from tests.conftest import ALICE_KEY, BOB_KEY, Gateway, make_config, start_gateway
 from tests.e2e.hermes.conftest import HermesRun

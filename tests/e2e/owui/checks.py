@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import httpx
 import trio
 
-from gateway.demo_upstream import DemoFiles, is_task_request
+from gateway.cli.demo_upstream import DemoFiles, is_task_request
 from tests.conftest import PROXY_KEY
 from tests.e2e.owui.conftest import OwuiChain
 

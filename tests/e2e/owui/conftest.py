@@ -40,10 +40,10 @@ from typing import Any
 import pytest
 import trio
 
-from gateway.app import create_app
-from gateway.config import Config
-from gateway.demo_upstream import DemoFiles
+from gateway.api.app import create_app
+from gateway.cli.demo_upstream import DemoFiles
 from gateway.http.serve import serve_app
+from gateway.ops.config import Config
 from gateway.proxy import create_proxy_app
 from tests.conftest import OWUI_KEY, Gateway, Proxy, Upstream, proxy_config, start_demo_upstream
 from tests.e2e.owui import install

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import trio
 
-from gateway.runbus import RunBus
+from gateway.runs.bus import RunBus
 from gateway.store.postgres import PostgresStore
 from tests.unit.test_runbus import *  # noqa: F403  (its backend cases, on PostgreSQL)
 from tests.unit.test_runbus import ev, leased, until

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from gateway.errors import ConfigError
+from gateway.core.errors import ConfigError
 from gateway.store import (
     EXPECTED_VERSION,
     RUNS_CHANNEL,

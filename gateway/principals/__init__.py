@@ -1,0 +1,3 @@
+"""What belongs to a principal besides its files: bearer keys and the proxy's
+assertions (auth), quotas, sessions.
+"""
