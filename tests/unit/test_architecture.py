@@ -248,7 +248,7 @@ def test_one_seam_into_a_dependency() -> None:
 
 
 #: the layers of ``gateway/``, lowest first: a module imports only from its own layer and
-#: the ones below (docs/design.md, "Layout"); ``gateway`` itself holds only the version
+#: the ones below (docs/design.md, "Layers"); ``gateway`` itself holds only the version
 LAYERS = (
     "gateway.core",  # sans-IO: errors, events, SSE, paths, rewriting, checks
     "gateway.fronts",  # encoders of the neutral events into each wire format
