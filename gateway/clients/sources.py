@@ -1,4 +1,4 @@
-"""Sources for :class:`gateway.relay.Relay`: what one read of a stream brings.
+"""Sources for :class:`gateway.stream.relay.Relay`: what one read of a stream brings.
 
 * :class:`SSESource` — an upstream answer (:class:`gateway.clients.httpclient.Response`)
   decoded into SSE events with a size bound; one read is everything one socket read
@@ -27,7 +27,7 @@ __all__ = ["SSESource", "abandon"]
 
 class SSESource:
     """An upstream answer's body → lists of SSE events (``[]`` when a read completed
-    none); ``None`` at its end. Pull-safe (:class:`gateway.relay.Source`) when the
+    none); ``None`` at its end. Pull-safe (:class:`gateway.stream.relay.Source`) when the
     answer is read from a plain socket."""
 
     __slots__ = ("_closed", "_decoder", "_response")
