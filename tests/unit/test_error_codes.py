@@ -38,7 +38,7 @@ _CODE = re.compile(r"[a-z][a-z0-9_]*(?:<[a-z_]+>)?[a-z0-9_]*")
 
 
 #: plays the upstream (its codes are an upstream's, which the gateway relays or maps)
-NOT_THE_GATEWAY = {GATEWAY / "demo_upstream.py"}
+NOT_THE_GATEWAY = {GATEWAY / "cli" / "demo_upstream.py"}
 
 
 def modules() -> Iterator[tuple[Path, ast.Module]]:
