@@ -44,7 +44,7 @@ def _wait_port_free(bind: str, timeout: float) -> None:
 def run_locked(cfg: Any, *, role: str, replace: bool, serve: Callable[[], int]) -> int:
     """Take the instance lock of ``role`` (``--replace``: drain the holder first), serve.
 
-    Shared by ``gateway run`` (role ``api``, ``gateway.ops.lock``) and the runs proxy
+    Shared by ``gateway run`` (role ``api``, ``gateway.lock``) and the runs proxy
     (role ``proxy``, ``proxy.lock``).
     """
     from gateway.ops.lock import (

@@ -55,7 +55,7 @@ HERMES_ENTRIES = (
     "bin",
     "profiles",
     "gateway_state.json",
-    "gateway.ops.lock",
+    "gateway.lock",
     "gateway-starts.log",
     "channel_directory.json",
     ".skills_prompt_snapshot.json",

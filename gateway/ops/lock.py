@@ -3,12 +3,12 @@
 Why a lock and not a pid file: the kernel releases an ``flock`` when the holder's
 last descriptor closes, so the lock is never stale -- not after a crash, not after
 ``kill -9``, not after the drain deadline's ``os._exit``. The file holds the
-holder's pid (one line, so ``kill -TERM "$(cat gateway.ops.lock)"`` works) for the
+holder's pid (one line, so ``kill -TERM "$(cat gateway.lock)"`` works) for the
 messages and for ``gateway run --replace``; the pid is information, the lock is
 the truth. The file is never deleted (deleting a locked file lets a second process
 lock a new inode under the same name).
 
-The API server locks ``gateway.ops.lock``; the runs proxy (a separate process on the
+The API server locks ``gateway.lock``; the runs proxy (a separate process on the
 same state directory) will lock ``proxy.lock``, so each service is single-instance
 without excluding the other.
 

@@ -390,7 +390,7 @@ _EXIT_MEANING = {
     EXIT_USAGE: "bad configuration or invocation; the log names the config key",
     EXIT_ALREADY_RUNNING: (
         "another gateway instance holds the state directory's lock (probably one started "
-        "by hand: find it with `cat <state_dir>/gateway.ops.lock` and stop it)"
+        "by hand: find it with `cat <state_dir>/gateway.lock` and stop it)"
     ),
     78: (
         "EX_CONFIG from launchd itself: the job could not be spawned -- the program path "

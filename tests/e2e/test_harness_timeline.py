@@ -175,9 +175,17 @@ TIMED = {
         "Writing it now. Saved [a.txt](<link:root/out/a.txt>) and b.txt.",
         ["root/out/a.txt"],
     ),
-    # a.txt appears only once the text has named it: no link, whatever the cut
+    # a.txt appears only once the text has named it: its mention keeps the name, and the
+    # manifest links it at the answer's end (the agent said it and wrote it), whatever
+    # the cut
     "appears-too-late": (
         [{"at_event": 3, "op": "write", "path": "root/out/a.txt", "content": "A"}],
+        "Writing it now. Saved a.txt and [b.txt](<link:root/out/b.txt>).",
+        ["root/out/b.txt", "root/out/a.txt"],
+    ),
+    # a.txt never appears: its name, no link, nothing in the manifest
+    "never-appears": (
+        [],
         "Writing it now. Saved a.txt and [b.txt](<link:root/out/b.txt>).",
         ["root/out/b.txt"],
     ),

@@ -352,7 +352,7 @@ def test_replace_drains_the_running_one_and_takes_over(
         assert old.proc.wait(DRAIN + 5) == 0
         new.wait_for(r"listening on http://127\.0\.0\.1:\d+")
         assert f"asking pid {old.proc.pid} to drain" in new.text()
-        assert (old.state / "gateway.ops.lock").read_text().strip() == str(new.pid)
+        assert (old.state / "gateway.lock").read_text().strip() == str(new.pid)
         assert httpx.get(f"{old.url}/health", timeout=5).status_code == 200
     finally:
         old.proc.stop()

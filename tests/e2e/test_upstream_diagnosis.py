@@ -135,7 +135,7 @@ async def test_each_cause_has_its_code_message_and_one_log_line(
     name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     _, _, _, code, words = next(c for c in CASES if c[0] == name)
-    caplog.set_level(logging.INFO, logger="gateway.clients.upstream")
+    caplog.set_level(logging.INFO, logger="gateway.upstream")
     async with case_url(name) as base:
         u = Upstream(UpstreamConfig(base_url=base, api_key=KEY, connect_timeout_seconds=5))
         body = {"model": "m1", "messages": [{"role": "user", "content": "hi"}]}
@@ -155,7 +155,7 @@ async def test_each_cause_has_its_code_message_and_one_log_line(
             assert KEY not in err.message
         await u.aclose()
     warnings = [
-        r for r in caplog.records if r.name == "gateway.clients.upstream" and code in r.getMessage()
+        r for r in caplog.records if r.name == "gateway.upstream" and code in r.getMessage()
     ]
     # one line per code and URL: the three calls hit two URLs (chat twice)
     assert 1 <= len(warnings) <= 2, [r.getMessage() for r in warnings]
@@ -166,7 +166,7 @@ async def test_each_cause_has_its_code_message_and_one_log_line(
 async def test_a_repeated_failure_is_logged_once_then_counted(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    caplog.set_level(logging.INFO, logger="gateway.clients.upstream")
+    caplog.set_level(logging.INFO, logger="gateway.upstream")
     u = Upstream(UpstreamConfig(base_url=f"http://127.0.0.1:{refused_port()}/v1"))
     for _ in range(5):
         with pytest.raises(GatewayError):

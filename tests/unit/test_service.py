@@ -400,7 +400,7 @@ def test_replace_refuses_a_supervised_holder(tmp_path: Path) -> None:
         with pytest.raises(AlreadyRunning) as info:
             replace_running(
                 tmp_path,
-                AlreadyRunning(tmp_path / "gateway.ops.lock", held.pid),
+                AlreadyRunning(tmp_path / "gateway.lock", held.pid),
                 timeout=1,
                 say=said.append,
             )

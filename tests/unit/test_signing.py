@@ -381,7 +381,7 @@ def test_a_differing_key_file_is_warned_about_and_ignored(
     first = Signer.from_store(backend.open())
     other_dir = tmp_path / "other-instance"
     stray = Signer.load_or_create(other_dir)  # an instance that had its own key file
-    with caplog.at_level("WARNING", logger="gateway.links.signing"):
+    with caplog.at_level("WARNING", logger="gateway.signing"):
         signer = Signer.from_store(backend.open(), state_dir=other_dir)
     assert signer.active_kid == first.active_kid != stray.active_kid
     assert any("differs" in r.getMessage() for r in caplog.records)
@@ -389,7 +389,7 @@ def test_a_differing_key_file_is_warned_about_and_ignored(
     secret = json.loads((other_dir / KEY_FILE_NAME).read_text())["keys"][0]["secret"]
     assert all(secret not in r.getMessage() for r in caplog.records)
     caplog.clear()
-    with caplog.at_level("WARNING", logger="gateway.links.signing"):
+    with caplog.at_level("WARNING", logger="gateway.signing"):
         Signer.from_store(backend.open(), state_dir=tmp_path / "no-file-here")
     assert caplog.records == []
 

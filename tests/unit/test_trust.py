@@ -170,7 +170,7 @@ async def test_a_trust_file_that_cannot_be_loaded_is_said_once_and_retried(
                 assert _verify_failure(err.value)
                 assert err.value.code == "upstream_tls_failed"
                 assert str(tmp_path) not in err.value.message
-            lines = [r.getMessage() for r in caplog.records if r.name == "gateway.clients.trust"]
+            lines = [r.getMessage() for r in caplog.records if r.name == "gateway.trust"]
             assert len(lines) == 1 and f"SSL_CERT_FILE={cafile}" in lines[0]
             cafile.write_bytes((TLS / "ca.pem").read_bytes())
             resp = await client.open("GET", "/")

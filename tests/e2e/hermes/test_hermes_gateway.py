@@ -254,8 +254,10 @@ async def test_a_fresh_file_reaches_its_owner_on_every_front(
     await assert_delivered(gw, hermes, got, {report: "# Report\n\nfresh\n"}, named=[report])
 
 
+@SDK_WARNINGS
+@pytest.mark.parametrize("front", list(FRONTS))
 async def test_an_overwritten_file_serves_the_final_bytes(
-    hermes: HermesRun, nursery: trio.Nursery, tmp_path: Path
+    front: str, hermes: HermesRun, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     """Two requests in the same project: the second rewrites the file the first wrote
     (Hermes names it while the old version is still there). Each answer's link serves
@@ -270,9 +272,9 @@ async def test_an_overwritten_file_serves_the_final_bytes(
             Turn(text=f"Rewrote {report} with the new figures."),
         ]
     )
-    first = await chat_stream(gw, f"First draft please ({hermes.workdir.name}).")
+    first = await FRONTS[front](gw, f"First draft please ({front}, {hermes.workdir.name}).")
     links1 = await assert_delivered(gw, hermes, first, {report: "version 1\n"}, named=[report])
-    second = await chat_stream(gw, f"Now rewrite it ({hermes.workdir.name}).")
+    second = await FRONTS[front](gw, f"Now rewrite it ({front}, {hermes.workdir.name}).")
     links2 = await assert_delivered(
         gw, hermes, second, {report: "version 2, longer\n"}, named=[report]
     )
@@ -282,8 +284,10 @@ async def test_an_overwritten_file_serves_the_final_bytes(
     assert r.status_code == 410, "a link sealed to version 1 must not serve version 2"
 
 
+@SDK_WARNINGS
+@pytest.mark.parametrize("front", list(FRONTS))
 async def test_several_files_at_once_all_reach_the_owner(
-    hermes: HermesRun, nursery: trio.Nursery, tmp_path: Path
+    front: str, hermes: HermesRun, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     """Three write_file calls in one model turn; the answer names two. All three
     (the forgotten one from its tool-progress event) are in the manifest."""
@@ -300,12 +304,14 @@ async def test_several_files_at_once_all_reach_the_owner(
             Turn(text=f"Wrote {out / 'notes.md'} and {out / 'data.csv'}, plus the chart."),
         ]
     )
-    got = await chat_stream(gw, f"All three files ({hermes.workdir.name}).")
+    got = await FRONTS[front](gw, f"All three files ({front}, {hermes.workdir.name}).")
     await assert_delivered(gw, hermes, got, files, named=[out / "notes.md", out / "data.csv"])
 
 
+@SDK_WARNINGS
+@pytest.mark.parametrize("front", list(FRONTS))
 async def test_a_folder_with_a_space(
-    hermes: HermesRun, nursery: trio.Nursery, tmp_path: Path
+    front: str, hermes: HermesRun, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     gw = await gateway_for(nursery, tmp_path, hermes)
     summary = hermes.workdir / "My Reports" / "summary 2026.md"
@@ -315,13 +321,15 @@ async def test_a_folder_with_a_space(
             Turn(text=f"Saved it as `{summary}`."),
         ]
     )
-    got = await chat_stream(gw, f"Save the summary ({hermes.workdir.name}).")
+    got = await FRONTS[front](gw, f"Save the summary ({front}, {hermes.workdir.name}).")
     await assert_delivered(gw, hermes, got, {summary: "summary\n"}, named=[summary])
     assert "My Reports" not in got.text
 
 
+@SDK_WARNINGS
+@pytest.mark.parametrize("front", list(FRONTS))
 async def test_a_file_the_terminal_tool_writes(
-    hermes: HermesRun, nursery: trio.Nursery, tmp_path: Path
+    front: str, hermes: HermesRun, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     gw = await gateway_for(nursery, tmp_path, hermes)
     table = hermes.workdir / "out" / "table.csv"
@@ -332,13 +340,15 @@ async def test_a_file_the_terminal_tool_writes(
             Turn(text=f"The table is at {table}."),
         ]
     )
-    got = await chat_stream(gw, f"Make the table ({hermes.workdir.name}).")
+    got = await FRONTS[front](gw, f"Make the table ({front}, {hermes.workdir.name}).")
     assert table.read_text() == "a,b\n1,2\n"
     await assert_delivered(gw, hermes, got, {table: "a,b\n1,2\n"}, named=[table])
 
 
+@SDK_WARNINGS
+@pytest.mark.parametrize("front", list(FRONTS))
 async def test_a_file_outside_the_roots_is_a_bare_name(
-    hermes: HermesRun, nursery: trio.Nursery, tmp_path: Path
+    front: str, hermes: HermesRun, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     gw = await gateway_for(nursery, tmp_path, hermes)
     outside = hermes.agent.base / "outside" / hermes.workdir.name / "private notes.txt"
@@ -348,7 +358,7 @@ async def test_a_file_outside_the_roots_is_a_bare_name(
             Turn(text=f"Your notes are in `{outside}`."),
         ]
     )
-    got = await chat_stream(gw, f"Keep my notes ({hermes.workdir.name}).")
+    got = await FRONTS[front](gw, f"Keep my notes ({front}, {hermes.workdir.name}).")
     assert outside.read_text() == "private\n"
     assert_no_raw_path(got, hermes)
     assert "private notes.txt" in got.text
@@ -358,8 +368,10 @@ async def test_a_file_outside_the_roots_is_a_bare_name(
         assert LINK_RE.search(extra) is None, extra
 
 
+@SDK_WARNINGS
+@pytest.mark.parametrize("front", list(FRONTS))
 async def test_a_long_run_with_several_tool_turns(
-    hermes: HermesRun, nursery: trio.Nursery, tmp_path: Path
+    front: str, hermes: HermesRun, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
     """Three tool turns (write, terminal, write) from a slow model, text before the
     first; every file written reaches the owner, the two the answer names as links."""
@@ -377,6 +389,6 @@ async def test_a_long_run_with_several_tool_turns(
             Turn(text=f"All done: {step2} and the summary {final}.", delay=0.05, chunk_chars=5),
         ]
     )
-    got = await chat_stream(gw, f"The long analysis ({hermes.workdir.name}).")
+    got = await FRONTS[front](gw, f"The long analysis ({front}, {hermes.workdir.name}).")
     files = {step1: "one\n", step2: "two\n", final: "# Final\n"}
     await assert_delivered(gw, hermes, got, files, named=[step2, final])
