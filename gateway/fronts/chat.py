@@ -357,6 +357,37 @@ class ChatEncoder:
         return log.text() if log is not None else ""
 
 
+class ChatCollector:
+    """A front that sends nothing: it keeps the answer's events, and ``final`` is the
+    non-streamed ``chat.completion`` built from them once the stream ended (an agent's
+    chat stream read whole, so the files its tools report reach the manifest)."""
+
+    def __init__(self, encoder: ChatEncoder) -> None:
+        self.encoder = encoder
+        self.events: list[Event] = []
+        self.final: dict[str, Any] | None = None
+
+    def start(self) -> bytes:
+        return b""
+
+    def keepalive(self) -> bytes:
+        return b""
+
+    def encode(self, events: list[Event]) -> bytes:
+        self.events.extend(events)
+        return b""
+
+    def end(self, events: list[Event], manifest: dict[str, Any]) -> bytes:
+        self.events.extend(events)
+        self.final = completion_object(self.encoder, self.events, manifest)
+        self.events = []
+        return b""
+
+    def fail(self, events: list[Event], error: GatewayError, manifest: dict[str, Any]) -> bytes:
+        self.events = []
+        return b""
+
+
 def completion_object(
     encoder: ChatEncoder, events: list[Event], manifest: dict[str, Any]
 ) -> dict[str, Any]:

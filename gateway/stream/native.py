@@ -83,6 +83,11 @@ class NativeApis:
         """Relay ``/v1/runs`` to the upstream's own?"""
         return "runs" in await self._apis()
 
+    async def agent(self) -> bool:
+        """Is the upstream an agent whose chat streams report its tools (its own APIs are
+        relayed)? Then a non-streamed chat answer is read from its stream."""
+        return bool(await self._apis())
+
     async def _apis(self) -> frozenset[str]:
         if self.mode == "chat":
             return frozenset()

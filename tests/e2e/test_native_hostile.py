@@ -141,6 +141,25 @@ async def test_a_forgotten_previous_response_does_not_leak_or_blame_the_base_url
     assert [m["content"] for m in again["conversation_history"]] == ["one", "First answer."]
 
 
+def _chat_chunk(delta: dict[str, object], finish: str | None = None, **extra: object) -> dict:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "agent",
+        "choices": [choice],
+        **extra,
+    }
+
+
+def chat_stream(*chunks: dict | tuple[str, dict]) -> Scripted:
+    """An agent's chat answer as its stream (``[DONE]`` at the end)."""
+    return Scripted(
+        [sse(*chunks) + b"data: [DONE]\n\n"], headers={"content-type": "text/event-stream"}
+    )
+
+
 async def test_client_hermes_headers_never_reach_the_agent(
     nursery: trio.Nursery, tmp_path: Path
 ) -> None:
@@ -251,7 +270,7 @@ async def test_every_route_scopes_the_agents_memory_per_principal(
     the header 403 then) none."""
     for key in ("sk-agent", ""):
         agent = HostileAgent()
-        agent.on("POST /v1/chat/completions", js(CHAT_ANSWER))
+        agent.on("POST /v1/chat/completions", chat_stream(_chat_chunk({"content": "hi"}, "stop")))
         agent.on("POST /v1/responses", Scripted([responses_ok("hi")]))
         upstream = {"apis": "native", "api_key": key}
         config = make_config(tmp_path / (key or "none"), "http://agent.test/v1", upstream=upstream)
@@ -271,17 +290,6 @@ async def test_every_route_scopes_the_agents_memory_per_principal(
             if r.url.path.endswith(("/chat/completions", "/responses"))
         }
         assert got == {"/v1/chat/completions": pid, "/v1/responses": pid}, got
-
-
-CHAT_ANSWER = {
-    "id": "c",
-    "object": "chat.completion",
-    "created": 1,
-    "model": "agent",
-    "choices": [
-        {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
-    ],
-}
 
 
 async def test_a_run_whose_lease_another_instance_took_is_not_a_crash(
@@ -390,3 +398,43 @@ async def test_options_for_the_agent_are_checked(
             assert r.status_code == 400, (route, r.text)
             assert r.json()["error"]["code"] == "invalid_request"
     assert not [q for q in agent.requests if q.url.path.endswith(("/responses", "/runs"))]
+
+
+async def test_a_non_streamed_chat_answer_of_an_agent_carries_the_files_its_tools_wrote(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """An agent reports its tools' files only in its stream (Hermes's non-streamed chat
+    answer is the final text alone): a non-streamed request is read from the stream, so
+    the file the text never names is in the manifest, alice's only; usage is kept."""
+    agent = HostileAgent()
+    (tmp_path / "artifacts").mkdir()
+    report = tmp_path / "artifacts" / "report.md"
+    report.write_text("# fresh\n")
+    progress = {"tool": "write_file", "label": str(report), "status": "running"}
+    usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+    agent.on(
+        "POST /v1/chat/completions",
+        chat_stream(
+            _chat_chunk({"role": "assistant"}),
+            ("hermes.tool.progress", progress),
+            _chat_chunk({"content": "Done, the report is written."}),
+            _chat_chunk({}, "stop", usage=usage),
+        ),
+    )
+    gw = await native_gw(nursery, tmp_path, agent)
+    msgs = [{"role": "user", "content": "write it"}]
+    async with gw.client() as alice, gw.client(BOB_KEY) as bob:
+        r = await alice.post("/v1/chat/completions", json={"model": "agent", "messages": msgs})
+        assert r.status_code == 200, r.text
+        got = r.json()
+        assert got["object"] == "chat.completion"
+        assert got["choices"][0]["message"]["content"] == "Done, the report is written."
+        assert got["usage"] == usage
+        arts = got["gateway"]["artifacts"]
+        assert [a["filename"] for a in arts] == ["report.md"]
+        assert str(report) not in r.text
+        url = arts[0]["url"].replace("http://127.0.0.1:8642", gw.url)
+        assert (await alice.get(url)).content == b"# fresh\n"
+        assert (await bob.get(url)).status_code == 404
+    sent = json.loads(agent.requests[-1].content)
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}

@@ -29,7 +29,7 @@ from gateway.http.replies import (
 )
 from gateway.principals.auth import Caller
 from gateway.stream.pipeline import ChatPipeline
-from gateway.stream.relay import Front, OnOutcome, Relay
+from gateway.stream.relay import Front, OnOutcome, Relay, drain_outputs
 
 __all__ = [
     "QuartIncoming",
@@ -123,6 +123,26 @@ def relay_response(
 ) -> Response:
     """An SSE response whose body is ``relay`` (counted as an open stream)."""
     return sse_response(relay_body(st, route, relay, on_close))
+
+
+async def collect(
+    st: GatewayState,
+    resp: StreamResponse,
+    pipeline: ChatPipeline,
+    front: Front[Any, bytes],
+    on_outcome: OnOutcome | None = None,
+) -> None:
+    """Relay an upstream stream through ``pipeline`` to ``front`` to its end, for a
+    non-streamed answer (the front keeps what it needs); the stream's error is raised."""
+    source = SSESource.from_response(resp, max_event_bytes=st.config.limits.max_event_bytes)
+    relay: Relay[Any, Any, bytes] = Relay(
+        source, pipeline, front, st.relay_options(on_outcome=on_outcome)
+    )
+    async with relay as outputs:
+        await drain_outputs(outputs)
+    st.count_rewrites(pipeline)
+    if isinstance(relay.outcome, GatewayError):
+        raise relay.outcome
 
 
 def pipeline_body(

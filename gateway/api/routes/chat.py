@@ -15,12 +15,14 @@ from gateway.api.history import prepare_messages
 from gateway.api.routes._common import (
     QuartIncoming,
     authenticate_from,
+    collect,
     open_upstream,
     pipeline_body,
     to_response,
 )
 from gateway.api.state import GatewayState, current
 from gateway.fronts.chat import (
+    ChatCollector,
     ChatEncoder,
     completion_object,
     upstream_chat_body,
@@ -67,6 +69,14 @@ async def chat_reply(st: GatewayState, req: Incoming) -> Reply:
         if stored is not None and outcome == "completed":
             await st.sessions.append(caller.owner, stored[0], stored[1], front.text(0))
 
+    if not stream and await st.native.agent():
+        # an agent reports the files its tools write only in its stream: read it whole
+        ubody = {**ubody, "stream": True, "stream_options": {"include_usage": True}}
+        resp = await open_upstream(st, st.upstream.chat_content(ubody), pid, req)
+        collector = ChatCollector(front)
+        await collect(st, resp, pipeline, collector, on_outcome=remember)
+        assert collector.final is not None
+        return JSONReply(collector.final)
     if not stream:
         data = await st.upstream.chat(ubody, pid)
         events = [*await pipeline.completion(data), *await pipeline.finish()]

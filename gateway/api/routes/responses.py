@@ -28,6 +28,7 @@ from gateway.api.history import prepare_messages
 from gateway.api.routes._common import (
     authenticate,
     body,
+    collect,
     open_stream,
     open_upstream,
     pipeline_body,
@@ -41,10 +42,9 @@ from gateway.api.routes._native import (
     stop_upstream_response,
 )
 from gateway.api.state import GatewayState, current
-from gateway.clients.sources import SSESource
 from gateway.clients.upstream import StreamResponse
 from gateway.core.checks import check_id
-from gateway.core.errors import GatewayError, NotFound, RequestError, UpstreamError
+from gateway.core.errors import NotFound, RequestError, UpstreamError
 from gateway.fronts.responses import (
     ResponsesEncoder,
     ResponsesJournalFront,
@@ -59,7 +59,6 @@ from gateway.principals.auth import Caller, effective_link_mode
 from gateway.principals.sessions import MAX_MESSAGES, message_bytes, session_id_from, trim_history
 from gateway.store import INTERRUPTED_ERROR, RunRecord, Store
 from gateway.stream.pipeline import ChatPipeline
-from gateway.stream.relay import Relay, drain_outputs
 
 bp = Blueprint("responses", __name__)
 ROUTE = "/v1/responses"
@@ -325,16 +324,7 @@ async def _native(
     resp = await open_stream(st, opener)
     if stream:
         return sse_response(pipeline_body(st, ROUTE, resp, pipeline, front, on_outcome=keep))
-    # a non-streamed request: the same stream, collected here
-    source = SSESource.from_response(resp, max_event_bytes=st.config.limits.max_event_bytes)
-    relay: Relay[Any, Any, bytes] = Relay(
-        source, pipeline, front, st.relay_options(on_outcome=keep)
-    )
-    async with relay as outputs:
-        await drain_outputs(outputs)
-    st.count_rewrites(pipeline)
-    if isinstance(relay.outcome, GatewayError):
-        raise relay.outcome
+    await collect(st, resp, pipeline, front, on_outcome=keep)  # non-streamed: read whole
     assert front.final is not None
     return json_response(front.final)
 

@@ -54,11 +54,16 @@ class Answer:
     extra: list[str] = field(default_factory=list)  # other strings (named events)
 
 
-async def gateway_for(nursery: trio.Nursery, tmp: Path, hermes: HermesRun) -> Gateway:
+async def gateway_for(
+    nursery: trio.Nursery, tmp: Path, hermes: HermesRun, front: str = "chat-stream"
+) -> Gateway:
+    """The gateway in front of ``hermes`` as deployed (``upstream.apis = "auto"``: its
+    own Responses and runs relayed); an ``-emulated`` front's over chat only."""
+    apis = "chat" if front.endswith("-emulated") else "auto"
     config = make_config(
         tmp,
         hermes.base_url,
-        upstream={"api_key": hermes.key, "first_byte_timeout_seconds": 60.0},
+        upstream={"api_key": hermes.key, "first_byte_timeout_seconds": 60.0, "apis": apis},
         # alice's folder is the agent's project; bob has his own (empty) one
         artifacts={
             "roots": [str(tmp / "users" / "{principal}")],
@@ -177,6 +182,8 @@ FRONTS = {
     "chat-json": chat_json,
     "responses": responses_stream,
     "runs": run_events,
+    "responses-emulated": responses_stream,
+    "runs-emulated": run_events,
     "openai-sdk": sdk_stream,
 }
 
@@ -239,7 +246,7 @@ async def test_a_fresh_file_reaches_its_owner_on_every_front(
 ) -> None:
     """Hermes names the path in tool progress before the file exists, writes it, then
     the answer names it: the answer's mention is a link, the download is the file."""
-    gw = await gateway_for(nursery, tmp_path, hermes)
+    gw = await gateway_for(nursery, tmp_path, hermes, front)
     report = hermes.workdir / "out" / "report.md"
     hermes.llm.script(
         [
@@ -262,7 +269,7 @@ async def test_an_overwritten_file_serves_the_final_bytes(
     """Two requests in the same project: the second rewrites the file the first wrote
     (Hermes names it while the old version is still there). Each answer's link serves
     the version that answer left; no answer's link serves the other's bytes."""
-    gw = await gateway_for(nursery, tmp_path, hermes)
+    gw = await gateway_for(nursery, tmp_path, hermes, front)
     report = hermes.workdir / "report.md"
     hermes.llm.script(
         [
@@ -291,7 +298,7 @@ async def test_several_files_at_once_all_reach_the_owner(
 ) -> None:
     """Three write_file calls in one model turn; the answer names two. All three
     (the forgotten one from its tool-progress event) are in the manifest."""
-    gw = await gateway_for(nursery, tmp_path, hermes)
+    gw = await gateway_for(nursery, tmp_path, hermes, front)
     out = hermes.workdir / "out"
     files = {
         out / "notes.md": "notes\n",
@@ -313,7 +320,7 @@ async def test_several_files_at_once_all_reach_the_owner(
 async def test_a_folder_with_a_space(
     front: str, hermes: HermesRun, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
-    gw = await gateway_for(nursery, tmp_path, hermes)
+    gw = await gateway_for(nursery, tmp_path, hermes, front)
     summary = hermes.workdir / "My Reports" / "summary 2026.md"
     hermes.llm.script(
         [
@@ -331,7 +338,7 @@ async def test_a_folder_with_a_space(
 async def test_a_file_the_terminal_tool_writes(
     front: str, hermes: HermesRun, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
-    gw = await gateway_for(nursery, tmp_path, hermes)
+    gw = await gateway_for(nursery, tmp_path, hermes, front)
     table = hermes.workdir / "out" / "table.csv"
     command = f"mkdir -p '{table.parent}' && printf 'a,b\\n1,2\\n' > '{table}'"
     hermes.llm.script(
@@ -350,7 +357,7 @@ async def test_a_file_the_terminal_tool_writes(
 async def test_a_file_outside_the_roots_is_a_bare_name(
     front: str, hermes: HermesRun, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
-    gw = await gateway_for(nursery, tmp_path, hermes)
+    gw = await gateway_for(nursery, tmp_path, hermes, front)
     outside = hermes.agent.base / "outside" / hermes.workdir.name / "private notes.txt"
     hermes.llm.script(
         [
@@ -375,7 +382,7 @@ async def test_a_long_run_with_several_tool_turns(
 ) -> None:
     """Three tool turns (write, terminal, write) from a slow model, text before the
     first; every file written reaches the owner, the two the answer names as links."""
-    gw = await gateway_for(nursery, tmp_path, hermes)
+    gw = await gateway_for(nursery, tmp_path, hermes, front)
     run = hermes.workdir / "run"
     step1, step2, final = run / "step1.txt", run / "step2.txt", run / "final.md"
     hermes.llm.script(
