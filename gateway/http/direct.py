@@ -247,6 +247,7 @@ async def serve_direct(
 async def _answer(app: Any, handler: DirectRoute, req: DirectRequest, send: Any) -> None:
     """The handler's reply sent, or the error it raised before the answer began."""
     started = False
+    reply: Reply | None = None
     try:
         reply = await handler(app.gateway, req)
         if isinstance(reply, StreamReply):
@@ -268,6 +269,9 @@ async def _answer(app: Any, handler: DirectRoute, req: DirectRequest, send: Any)
         if started:
             raise
         await _send_json(send, *error_parts(_as_gateway_error(exc, req.scope)))
+    finally:
+        if isinstance(reply, StreamReply):
+            reply.body.discard()  # (a body never entered: its close still runs, once)
 
 
 def _as_gateway_error(exc: Exception, scope: dict[str, Any]) -> GatewayError:

@@ -89,21 +89,39 @@ class ChannelBody(ResponseBody):
             self.writes = request.scope.get("extensions", {}).get(WRITES)
 
     async def __aenter__(self) -> ChannelBody:
+        """Enter the channel and take its first step. If that fails or is cancelled (the
+        client left at that moment), the channel is exited here: ``async with`` does not
+        call ``__aexit__`` when the entry fails, and a relay left entered would leave
+        its nursery open in the request's task."""
         writes = self.writes
         if writes is not None:
             writes.cork()
-        self._it = (await self._cm.__aenter__()).__aiter__()
-        await self.first_step()  # what is here already goes out with the head
-        if writes is not None and not self.ready():
-            await writes.flush()
+        try:
+            self._it = (await self._cm.__aenter__()).__aiter__()
+        except BaseException:
+            self.discard()
+            raise
+        try:
+            await self.first_step()  # what is here already goes out with the head
+            if writes is not None and not self.ready():
+                await writes.flush()
+        except BaseException as exc:
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     async def __aexit__(self, exc_type: Any, exc_value: Any, tb: Any) -> None:
         try:
             await self._cm.__aexit__(exc_type, exc_value, tb)
         finally:
-            if self._on_close is not None:
-                self._on_close()
+            self.discard()
+
+    def discard(self) -> None:
+        """Run ``on_close`` (once): at the body's end, or for a body never entered (the
+        request ended before it was sent)."""
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close()
 
     def __aiter__(self) -> ChannelBody:
         return self

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import resource
 import socket
+import struct
 import sys
 import time
 from collections import Counter
@@ -604,3 +605,73 @@ def test_out_of_descriptors_is_seen_through_the_wrappers() -> None:
     refused = OSError("all attempts to connect to 127.0.0.1:9 failed")
     refused.__cause__ = ConnectionRefusedError(errno.ECONNREFUSED, "refused")
     assert connect_error(refused, origin, origin.url()).code == "upstream_refused"
+
+
+# ------------------------------------------------ a client gone in the first step
+
+
+def _open_streams(svc: Services) -> float:
+    r = httpx.get(
+        f"http://127.0.0.1:{svc.ports['gateway']}/metrics",
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=5,
+    )
+    total = 0.0
+    for line in r.text.splitlines():
+        if line.startswith("gateway_open_streams{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _reset_after(port: int, request: bytes, delay: float) -> None:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(request)
+    time.sleep(delay)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+
+
+def _settled(svc: Services, before: float) -> float:
+    deadline = time.monotonic() + 5
+    while (now := _open_streams(svc)) > before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return now - before
+
+
+def test_a_reset_during_a_streams_first_step_leaves_nothing_open(services: Services) -> None:
+    """Red-team finding (issue 35): ``GET /v1/runs/{id}/events`` reset 1 ms after the
+    request cancelled the relay's first step inside the body's entry; its nursery was
+    never closed ("Nursery stack corrupted" logged, about 4 in 10), the open-streams
+    gauge stayed up for good and memory grew. Then through the proxy (its chats are runs)."""
+    port = services.ports["gateway"]
+    gw = f"http://127.0.0.1:{port}"
+    head = {"Authorization": f"Bearer {KEY}"}
+    body = {"model": "demo-long", "input": "x", "demo_events": 100000, "demo_delay": 0.05}
+    run = httpx.post(gw + "/v1/runs", json=body, headers=head, timeout=10).json()["run_id"]
+    request = f"GET /v1/runs/{run}/events HTTP/1.1\r\nHost: h\r\n".encode()
+    request += f"Authorization: Bearer {KEY}\r\n\r\n".encode()
+    gauge0 = _open_streams(services)
+    try:
+        for n in range(100):
+            _reset_after(port, request, (0.0005, 0.001, 0.002)[n % 3])
+    finally:
+        httpx.post(gw + f"/v1/runs/{run}/stop", headers=head, timeout=10)
+    chat = json.dumps(
+        {
+            "model": "demo-long",
+            "stream": True,
+            "demo_events": 400,
+            "demo_delay": 0.002,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+    ).encode()
+    proxied = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\n"
+        + f"Authorization: Bearer {OWUI_KEY}\r\nX-OpenWebUI-User-Id: u-hostile\r\n".encode()
+        + b"Content-Length: %d\r\n\r\n%s" % (len(chat), chat)
+    )
+    for n in range(100):
+        _reset_after(services.ports["proxy"], proxied, (0.006, 0.01, 0.015, 0.02)[n % 4])
+    assert _settled(services, gauge0) == 0, "a stream is still counted open"
+    log = services.procs["gateway"].text()
+    assert "Nursery stack corrupted" not in log

@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from quart import Response, request
+from quart import Response, has_request_context, request
 
 from gateway.api.state import GatewayState, current
 from gateway.clients.sources import SSESource
@@ -115,7 +115,10 @@ def relay_body(
         if on_close is not None:
             on_close()
 
-    return ChannelBody(relay, on_close=closed)
+    body = ChannelBody(relay, on_close=closed)
+    if has_request_context():  # a quart route: closed even if the body is never sent
+        cleanup_stack().callback(body.discard)
+    return body
 
 
 def relay_response(
