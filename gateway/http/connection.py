@@ -221,12 +221,7 @@ class Server:
                 return
             policy.open += 1
             try:
-                conn = Connection(self, sock, state)
-                self.connections.add(conn)
-                try:
-                    await conn.serve()
-                finally:
-                    self.connections.discard(conn)
+                await self._serve(sock, state)
             finally:
                 policy.open -= 1
         except* Exception as group:
@@ -239,6 +234,25 @@ class Server:
                 first,
             )
             log.debug("contained connection failure", exc_info=group)
+
+    async def _serve(self, sock: socket.socket, state: Any) -> None:
+        """One connection, its socket closed at the end whatever happened (a client that
+        reset before it was served, e.g. a port scan, is no failure: its socket has no
+        peer any more)."""
+        try:
+            try:
+                conn = Connection(self, sock, state)
+            except OSError:  # (getpeername: ENOTCONN)
+                return
+            self.connections.add(conn)
+            try:
+                await conn.serve()
+            finally:
+                self.connections.discard(conn)
+        finally:
+            if sock.fileno() != -1:
+                trio.lowlevel.notify_closing(sock)
+                sock.close()
 
     async def _refuse(self, sock: socket.socket) -> None:
         """503 ``gateway_overloaded``, the FIN, then what the client sends is dropped for
@@ -527,17 +541,18 @@ class Connection:
             return False
         headers: list[tuple[bytes, bytes]] = []
         length: int | None = 0
-        chunked = False
+        chunked = has_length = False
         for name, value in event.headers:
             if name == b"content-length":
                 length = int(value)
+                has_length = True
             elif name == b"transfer-encoding":
                 chunked = True
             if name != b"upgrade":  # served as plain HTTP/1.1 (RFC 9110 §7.8)
                 headers.append((name, value))
-        if chunked and length:
-            # both framings: a front that trusts the other one would read a request
-            # hidden in this body (request smuggling, RFC 9112 §6.1)
+        if chunked and length is not None and has_length:
+            # both framings (``Content-Length: 0`` too): a front that trusts the other
+            # one would read a request hidden in this body (smuggling, RFC 9112 §6.1)
             self._refuse(
                 400,
                 "bad_request",
@@ -733,19 +748,27 @@ class Connection:
 
     def _unreadable(self, status: int) -> None:
         """h11 refused what the client sent."""
-        exchange = self.exchange
         if self.phase is Phase.DISCARD:
             self._close_now()  # answered already; the rest was to be dropped anyway
-        elif exchange is not None and exchange.answer not in (Answer.WAITING, Answer.HELD):
-            # the answer is going out: it ends, the rest of the input is ignored, then close
-            self._ignore_input = True
-            exchange.close = True
-            self._set_phase(Phase.ANSWER)
-        else:
+        elif not self._end_the_answer():
             self._answer_and_close(unreadable_response(status))
 
     def _refuse(self, status: int, code: str, message: str, *, linger: bool = True) -> None:
-        self._answer_and_close(canned_response(status, code, message), linger=linger)
+        """Refuse the request: answered with the error, then closed; or, when its answer
+        is already going out (one writer: no second status line inside it), that answer
+        ends, the rest of the input is ignored, and the connection closes."""
+        if not self._end_the_answer():
+            self._answer_and_close(canned_response(status, code, message), linger=linger)
+
+    def _end_the_answer(self) -> bool:
+        """If an answer is going out: let it end, ignore the input, close after it."""
+        exchange = self.exchange
+        if exchange is None or exchange.answer in (Answer.WAITING, Answer.HELD):
+            return False
+        self._ignore_input = True
+        exchange.close = True
+        self._set_phase(Phase.ANSWER)
+        return True
 
     def _answer_and_close(self, data: bytes, *, linger: bool = True) -> None:
         """The connection answers by itself (the app's sends then go nowhere), then

@@ -299,6 +299,11 @@ def _framing_cases(server: str, method: str, path: str, keyed: bool) -> Iterator
         _req(method, path, [*te, ("Content-Length", "5")], b"2\r\n{}\r\n0\r\n\r\n", length=False),
         FOLLOW_UP,
     )
+    yield c(  # a zero length is a Content-Length too (a CL-trusting front reads no body)
+        "cl0_and_te",
+        _req(method, path, [*te, ("Content-Length", "0")], b"2\r\n{}\r\n0\r\n\r\n", length=False),
+        FOLLOW_UP,
+    )
     yield c(  # a request hidden in the body a Content-Length-trusting front would see
         "cl_and_te_smuggled",
         _req(

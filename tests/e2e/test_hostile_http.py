@@ -20,6 +20,7 @@ The in-process tests below pin the connection handler's rules one by one
 
 from __future__ import annotations
 
+import contextlib
 import json
 import resource
 import socket
@@ -39,7 +40,7 @@ import trio
 from quart_trio import QuartTrio
 
 from gateway.http import connection
-from gateway.http.connection import DISCARD_LIMIT, ConnectionPolicy
+from gateway.http.connection import DISCARD_LIMIT, MAX_BODY_PIECES, ConnectionPolicy
 from gateway.http.serve import serve_app
 from harness.bench_connections import run_client
 from tests.e2e.hostile import (
@@ -104,6 +105,7 @@ def _problems(o: Outcome) -> list[str]:
         "h2_preface": [505],
         # both framings (RFC 9112 §6.1): refused and closed, nothing behind it is served
         "cl_and_te": [400],
+        "cl0_and_te": [400],
         "cl_and_te_smuggled": [400],
     }.get(c.kind)
     if expect is not None and (o.statuses != expect or o.end != "eof"):
@@ -675,3 +677,56 @@ def test_a_reset_during_a_streams_first_step_leaves_nothing_open(services: Servi
     assert _settled(services, gauge0) == 0, "a stream is still counted open"
     log = services.procs["gateway"].text()
     assert "Nursery stack corrupted" not in log
+
+
+def _fds(pid: int) -> int:
+    return len(list(Path(f"/proc/{pid}/fd").iterdir()))
+
+
+@pytest.mark.parametrize("server", ["gateway", "proxy"])
+def test_a_reset_right_after_connect_is_no_failure(services: Services, server: str) -> None:
+    """Red-team finding (issue 35): a connect then an immediate reset (a port scan, an
+    impatient balancer) made ``getpeername()`` fail before the connection was served:
+    a "connection failed" warning each time, and the socket was closed only by the
+    garbage collector (dozens of descriptors open on an idle server)."""
+    proc = services.procs[server]
+    time.sleep(0.3)
+    base = _fds(proc.pid) + 2  # (an upstream pool may hold more)
+    warned0 = proc.text().count("a connection failed")
+    for _ in range(300):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.connect(("127.0.0.1", services.ports[server]))
+        s.close()
+    deadline = time.monotonic() + 5
+    while _fds(proc.pid) > base and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _fds(proc.pid) <= base
+    assert proc.text().count("a connection failed") == warned0
+
+
+def test_a_body_refused_during_its_streamed_answer_keeps_the_answer_whole(
+    services: Services,
+) -> None:
+    """Red-team finding (issue 35): a chunked body past ``MAX_BODY_PIECES`` sent while
+    its SSE answer ran was refused with a canned 400 written INSIDE the 200's chunked
+    body (two writers). Now the answer ends whole, then the connection closes."""
+    port = services.ports["gateway"]
+    head = {"Authorization": f"Bearer {KEY}"}
+    body = {"model": "demo-long", "input": "x", "demo_events": 300, "demo_delay": 0.01}
+    r = httpx.post(f"http://127.0.0.1:{port}/v1/runs", json=body, headers=head, timeout=10)
+    run = r.json()["run_id"]
+    request = f"GET /v1/runs/{run}/events HTTP/1.1\r\nHost: h\r\n".encode()
+    request += f"Authorization: Bearer {KEY}\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(request)
+        time.sleep(0.5)  # the SSE answer has begun
+        with contextlib.suppress(OSError):
+            sock.sendall(b"1\r\na\r\n" * (MAX_BODY_PIECES + 100))
+        sock.settimeout(20)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 200"), data[:200]
+    assert data.find(b"HTTP/1.1 ", 10) < 0, "a second status line inside the answer"
+    assert data.endswith(b"0\r\n\r\n"), data[-200:]  # the chunked answer ended whole
