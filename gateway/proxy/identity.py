@@ -12,7 +12,7 @@
 
 The owner is ``openwebui:<user id>`` (ids outside the principal alphabet are hashed).
 A verified Open WebUI *session* (the user's own token forwarded by a connection of
-auth type "session") is stronger still: see :mod:`gateway.proxy.openwebui`.
+auth type "session") is stronger still: see :mod:`gateway.clients.openwebui`.
 """
 
 from __future__ import annotations
