@@ -250,12 +250,10 @@ def ensure_needs(sup: Supervisor, needs: set[str]) -> None:
 
 def run_command(sup: Supervisor, argv: list[str], *, stop_signal: int | None, grace: float) -> int:
     """The command dev.py was asked for: it gets the terminal (Ctrl-C and Ctrl-Z reach
-    it as if the shell had started it, and it ends its own way) and, when dev.py is
-    told to stop, ``stop_signal`` (None: the signal dev.py got). Its status is dev.py's,
-    or dev.py dies by the signal that killed it."""
-    done = sup.run(
-        argv, cwd=ROOT, foreground=True, stop_signal=stop_signal, grace=grace, raise_on_stop=False
-    )
+    it as if the shell had started it, and it ends its own way, its status dev.py's)
+    and, when dev.py itself is told to stop, ``stop_signal`` (None: the signal dev.py
+    got); once it is gone dev.py ends by the signal it got, as documented."""
+    done = sup.run(argv, cwd=ROOT, foreground=True, stop_signal=stop_signal, grace=grace)
     return done.returncode if done.returncode >= 0 else 128 - done.returncode
 
 
@@ -291,8 +289,10 @@ def dispatch(sup: Supervisor, cmd: str, rest: list[str]) -> int:
         ensure_venv(sup)
         ensure_needs(sup, needed_by(sup, rest))
         # tests/progress.py: one summary line per test folder as it finishes
-        pytest = [str(PY), "-m", "pytest", "-p", "tests.progress", *rest]
-        return run_command(sup, pytest, stop_signal=signal.SIGINT, grace=PYTEST_GRACE)
+        # (tests/stopping.py: a stop signal stops the whole run, wherever the tests are)
+        pytest = [str(PY), "-m", "pytest", "-p", "tests.progress", "-p", "tests.stopping", *rest]
+        # SIGTERM: tests/conftest.py stops the session after the test it interrupts
+        return run_command(sup, pytest, stop_signal=signal.SIGTERM, grace=PYTEST_GRACE)
     if cmd == "lint":
         ensure_venv(sup)
         rc = run_command(sup, [str(PY), "-m", "ruff", "check", *LINTED], stop_signal=None, grace=5)
