@@ -15,8 +15,11 @@ installs all of it. Set `GATEWAY_SKIP_OPENWEBUI_INSTALL=1` (or
 Signals: SIGTERM, SIGINT or SIGHUP sent to dev.py's own PID at any moment (while the
 venv is made, while pip or an installer runs, while the demo or the tests run) stop
 dev.py and everything it started, as `gateway run` stops: the running child gets its
-stop signal (the demo drains, pytest tears its fixtures down), leftovers are killed,
-and dev.py ends by the same signal. In a terminal the child has the keyboard, so
+stop signal (the demo drains, pytest stops after the test it interrupts and tears its
+fixtures down), leftovers are killed, and dev.py ends as that command did, as a shell
+reports a job that handled the signal: 0 for the demo that drained, 2 for pytest
+(interrupted); by the same signal when it came before the command started or the
+command died by it. In a terminal the child has the keyboard, so
 Ctrl-C and Ctrl-Z reach it as if the shell had started it. See tests/children.py.
 """
 
@@ -250,10 +253,12 @@ def ensure_needs(sup: Supervisor, needs: set[str]) -> None:
 
 def run_command(sup: Supervisor, argv: list[str], *, stop_signal: int | None, grace: float) -> int:
     """The command dev.py was asked for: it gets the terminal (Ctrl-C and Ctrl-Z reach
-    it as if the shell had started it, and it ends its own way, its status dev.py's)
-    and, when dev.py itself is told to stop, ``stop_signal`` (None: the signal dev.py
-    got); once it is gone dev.py ends by the signal it got, as documented."""
-    done = sup.run(argv, cwd=ROOT, foreground=True, stop_signal=stop_signal, grace=grace)
+    it as if the shell had started it, and it ends its own way) and, when dev.py is
+    told to stop, ``stop_signal`` (None: the signal dev.py got). Its status is dev.py's,
+    or dev.py dies by the signal that killed it."""
+    done = sup.run(
+        argv, cwd=ROOT, foreground=True, stop_signal=stop_signal, grace=grace, raise_on_stop=False
+    )
     return done.returncode if done.returncode >= 0 else 128 - done.returncode
 
 

@@ -17,7 +17,7 @@ finds the first one's stamp.
 Signals: SIGTERM or SIGINT at any moment stops the running step (``python -m venv``
 and its ``ensurepip`` child, or pip and whatever pip started: each step runs in its
 own process group, and the whole group is ended), removes nothing but the stamp, and
-exits 128 + the signal number. No child survives it.
+ends by that signal (as the Open WebUI installer and dev.py do). No child survives it.
 
 Standard library only: it runs before any project venv exists. The test fixtures
 import the path helpers below so that both agree on where things are.
@@ -255,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
             install_hermes(steps)
         except Interrupted as exc:
             print(f"hermes-agent: install stopped by {exc}; nothing left running", file=sys.stderr)
+            sys.stderr.flush()
+            signal.signal(exc.signum, signal.SIG_DFL)
+            os.kill(os.getpid(), exc.signum)  # dies by it (as the caller expects)
             return 128 + exc.signum
         except subprocess.CalledProcessError as exc:
             print(f"hermes-agent: `{' '.join(exc.cmd)}` failed (exit {exc.returncode})")
