@@ -337,7 +337,8 @@ class ServerConfig(_Listener):
     )
     public_base_url: str = setting(
         "http://127.0.0.1:8642",
-        "absolute origin (optionally with a path prefix) used in every minted link",
+        "absolute origin (optionally with a path prefix) used in every minted link; when "
+        "not set, http://<bind> (a wildcard host as 127.0.0.1)",
         env="GATEWAY_PUBLIC_BASE_URL",
         check=check_http_url,
     )
@@ -356,6 +357,24 @@ class ServerConfig(_Listener):
     )
     max_connections: int = setting(16384, "concurrent connections per process")
     listen_backlog: int = setting(4096, "connections the kernel queues before they are accepted")
+
+    @staticmethod
+    def _finish(values: dict[str, Any], given: Collection[str], prefix: str, ctx: Ctx) -> None:
+        """Links follow the listener unless ``public_base_url`` is set: a gateway moved
+        to another port (``--bind``, ``GATEWAY_BIND``) kept minting links to 8642."""
+        if "public_base_url" not in given and "bind" in given:
+            values["public_base_url"] = url_of_bind(values["bind"])
+
+
+def url_of_bind(bind: str) -> str:
+    """``http://host:port`` of a listener (a wildcard host as loopback, port 0 as 8642:
+    the port is not known before the socket is bound)."""
+    host, port = parse_bind(bind)
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port or 8642}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
