@@ -19,6 +19,7 @@ from gateway.ops.config import (
     Mount,
     config_from_dict,
     inspect_config,
+    load,
     load_config,
     parse_bind,
 )
@@ -991,3 +992,25 @@ def test_proxy_owner_spaces_must_not_overlap(home: Path, prefixes: list[str], ke
         },
     ]
     assert len(config_from_dict({"auth": {"keys": same}}).auth.keys) == 2
+
+
+@pytest.mark.parametrize(
+    ("bind", "url"),
+    [
+        ("127.0.0.1:8643", "http://127.0.0.1:8643"),
+        ("0.0.0.0:9000", "http://127.0.0.1:9000"),
+        ("[::1]:8650", "http://[::1]:8650"),
+        ("[::]:8651", "http://127.0.0.1:8651"),
+    ],
+)
+def test_links_follow_the_bind_unless_public_base_url_is_set(bind: str, url: str) -> None:
+    """A gateway moved to another port kept minting links to 8642 (new operator)."""
+    assert config_from_dict({"server": {"bind": bind}}).server.public_base_url == url
+    given = {"bind": bind, "public_base_url": "https://gw.example/x"}
+    assert config_from_dict({"server": given}).server.public_base_url == "https://gw.example/x"
+    assert config_from_dict({}).server.public_base_url == "http://127.0.0.1:8642"
+
+
+def test_links_follow_a_bind_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GATEWAY_BIND", "127.0.0.1:8777")
+    assert load(None).config.server.public_base_url == "http://127.0.0.1:8777"
