@@ -526,10 +526,22 @@ class Upstream:
         """``GET {base_url}/capabilities`` (the Hermes agent's API server documents its
         APIs there), or None when the upstream has no such document or fails."""
         try:
-            answer = await self.request_json("GET", "/capabilities", "", route=False, limit=1 << 20)
+            resp = await self._send("GET", "/capabilities", "", None, self._json_headers)
+        except GatewayError:  # (the connection's failure is reported like any other)
+            return None
+        try:  # an upstream without the document (a 404, an HTML page) is no failure
+            if resp.status_code != 200:
+                return None
+            body = await resp.read(1 << 20, idle_timeout=self.cfg.idle_timeout_seconds)
         except GatewayError:
             return None
-        return answer.data
+        finally:
+            await resp.aclose()
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):
+            return None
+        return data if isinstance(data, dict) else None
 
     async def chat(self, body: dict[str, Any], principal_id: str) -> dict[str, Any]:
         """A non-streaming chat completion."""

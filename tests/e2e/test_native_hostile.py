@@ -8,6 +8,7 @@ client's header reaches the agent (red-team findings of issue 34, kept as regres
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 import trio
 
 from harness.transport import Scripted
-from tests.conftest import ALICE_KEY, BOB_KEY, Gateway, make_config, start_gateway
+from tests.conftest import ALICE_KEY, BOB_KEY, Gateway, Upstream, make_config, start_gateway
 from tests.hostile_agent import (
     UPSTREAM_SECRET_RESP,
     UPSTREAM_SECRET_RUN,
@@ -438,3 +439,21 @@ async def test_a_non_streamed_chat_answer_of_an_agent_carries_the_files_its_tool
         assert (await bob.get(url)).status_code == 404
     sent = json.loads(agent.requests[-1].content)
     assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+
+
+async def test_a_chat_only_server_without_capabilities_is_no_warning(
+    nursery: trio.Nursery,
+    tmp_path: Path,
+    upstream: Upstream,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The demo upstream (like most chat-only servers) answers the capabilities probe
+    with an HTML 404: that means "chat only", not a wrong base_url; the gateway warned
+    "does upstream.base_url point at the OpenAI-compatible API?" (new operator)."""
+    config = make_config(tmp_path, upstream.url + "/v1", upstream={"apis": "auto"})
+    gw = await start_gateway(nursery, config)
+    async with gw.client() as c:
+        r = await c.post("/v1/responses", json={"model": "demo", "input": "hi"})
+    assert r.status_code == 200, r.text
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.WARNING]
+    assert not [m for m in warned if "capabilities" in m or "base_url" in m], warned
