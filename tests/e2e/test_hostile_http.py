@@ -691,17 +691,17 @@ def test_a_reset_right_after_connect_is_no_failure(services: Services, server: s
     garbage collector (dozens of descriptors open on an idle server)."""
     proc = services.procs[server]
     time.sleep(0.3)
-    base = _fds(proc.pid) + 2  # (an upstream pool may hold more)
+    base = _fds(proc.pid) + 5  # (an upstream pool, a log file may hold a few more)
     warned0 = proc.text().count("a connection failed")
     for _ in range(300):
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.connect(("127.0.0.1", services.ports[server]))
         s.close()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 10
     while _fds(proc.pid) > base and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _fds(proc.pid) <= base
+    assert _fds(proc.pid) <= base  # (300 descriptors held until GC before)
     assert proc.text().count("a connection failed") == warned0
 
 
