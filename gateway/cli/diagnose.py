@@ -1,19 +1,23 @@
 """``gateway doctor``: try what the configuration points at and say, one line each,
 whether it works and, if not, what is wrong and what to change.
 
-Three checks, each bounded by ``seconds``: the upstream (``GET
+Four checks, each bounded by ``seconds``: the upstream (``GET
 {upstream.base_url}/models`` must answer an OpenAI model list, through the gateway's
 own upstream client, so the verdict and its code are those of ``/health/ready`` and of
-a client's request), Open WebUI (``GET {proxy.openwebui_url}/health`` must answer its
+a client's request), the proxy's gateway (``proxy.gateway_url`` with its key, when a
+proxy is configured), Open WebUI (``GET {proxy.openwebui_url}/health`` must answer its
 JSON; skipped when the key is empty) and the state store (reachable, writable, schema
-current). Nothing is changed anywhere (the store is opened without migrating).
+current; before the first start an SQLite file not made yet is fine when its folder can
+be made). Nothing is changed anywhere (the store is opened without migrating).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import trio
 
@@ -85,6 +89,56 @@ async def check_openwebui(cfg: Config, seconds: float) -> Finding:
     return Finding("openwebui", True, f"{url} answers")
 
 
+#: what to change, by the client's code, for the proxy's gateway (``proxy.gateway_url``)
+_GATEWAY_HINTS = {
+    **_OPENWEBUI_HINTS,
+    "upstream_refused": "refused the connection: is `gateway run` running on that host and port?",
+}
+
+
+async def check_gateway(cfg: Config, seconds: float) -> Finding:
+    """The proxy's gateway: ``GET /health`` answers the gateway's own JSON and
+    ``proxy.gateway_key`` is accepted (``GET /v1/models``). Skipped without a key."""
+    if not cfg.proxy.gateway_key:
+        return Finding("gateway", None, "proxy.gateway_key is empty (no proxy configured)")
+    client = HTTPClient(cfg.proxy.gateway_url, connect_timeout=seconds)
+    url = client.url("/health")
+    try:
+        status, body = await _get(client, "/health", seconds, ())
+        if status == 200 and _gateway_health(body):
+            auth = (("Authorization", f"Bearer {cfg.proxy.gateway_key}"),)
+            status, body = await _get(client, "/v1/models", seconds, auth)
+            if status in (401, 403):
+                return Finding("gateway", False, f"{url} refused proxy.gateway_key (HTTP {status})")
+            return Finding("gateway", True, f"{url} answers and accepts proxy.gateway_key")
+    except GatewayError as exc:
+        hint = _GATEWAY_HINTS.get(exc.code, "could not be asked")
+        return Finding("gateway", False, f"{exc.code}: {url} {hint}; check proxy.gateway_url.")
+    finally:
+        await client.aclose()
+    return Finding(
+        "gateway", False, f"{url} answered HTTP {status}, not the gateway; check proxy.gateway_url."
+    )
+
+
+async def _get(
+    client: HTTPClient, path: str, seconds: float, headers: tuple[tuple[str, str], ...]
+) -> tuple[int, bytes]:
+    resp = await client.open("GET", path, headers=headers, deadline=trio.current_time() + seconds)
+    try:
+        return resp.status_code, await resp.read(64 * 1024, idle_timeout=seconds)
+    finally:
+        await resp.aclose()
+
+
+def _gateway_health(body: bytes) -> bool:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("status") == "ok" and "version" in data
+
+
 def _openwebui_answer(status: int, ctype: str, body: bytes) -> str:
     """What is wrong with Open WebUI's ``/health`` answer ("" when it is its own)."""
     if status in (401, 403):
@@ -102,8 +156,13 @@ def _openwebui_answer(status: int, ctype: str, body: bytes) -> str:
 
 
 def check_database(cfg: Config) -> Finding:
-    from gateway.store import EXPECTED_VERSION, open_configured_store
+    from gateway.store import EXPECTED_VERSION, open_configured_store, store_settings
 
+    settings = store_settings(cfg)
+    if not settings.database_url.strip():  # SQLite: made at the first start, not here
+        fresh = _fresh_sqlite(Path(settings.state_dir))
+        if fresh is not None:
+            return fresh
     try:
         store = open_configured_store(cfg, migrate=False)
     except GatewayError as exc:
@@ -130,12 +189,33 @@ def check_database(cfg: Config) -> Finding:
     return Finding("database", True, f"{where} (schema {check.schema_version}, writable)")
 
 
+def _fresh_sqlite(state_dir: Path) -> Finding | None:
+    """Before the first start there is no database yet: fine when ``gateway run`` can
+    make it (its folder, or the nearest existing parent, writable); nothing is created."""
+    from gateway.store import DB_FILE_NAME
+
+    path = state_dir.expanduser() / DB_FILE_NAME
+    if path.exists():
+        return None
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if os.access(parent, os.W_OK | os.X_OK):
+        return Finding("database", True, f"sqlite {path}: not made yet; `gateway run` makes it")
+    return Finding(
+        "database",
+        False,
+        f"sqlite {path}: not made yet, and {parent} is not writable by this user; "
+        "change state_dir or its permissions",
+    )
+
+
 async def diagnose(
     cfg: Config, seconds: float = 5.0, say: Callable[[Finding], None] | None = None
 ) -> list[Finding]:
     """Run the checks in order; ``say`` is told each finding as it comes."""
     findings: list[Finding] = []
-    for check in (check_upstream, check_openwebui):
+    for check in (check_upstream, check_openwebui, check_gateway):
         findings.append(await check(cfg, seconds))
         if say is not None:
             say(findings[-1])

@@ -35,7 +35,7 @@ from quart import Response, request
 from gateway.clients.openwebui import ANONYMOUS, OpenWebUI, owner_for_user
 from gateway.clients.upstream import new_client
 from gateway.core.checks import check_id, check_usage, loads_bounded
-from gateway.core.errors import AuthError, GatewayError, RequestError, UpstreamError
+from gateway.core.errors import AuthError, GatewayError, RequestError
 from gateway.core.rewrite import rewrite, scrub_identifier
 from gateway.fronts.chat import SAMPLING_KEYS, validate_chat_body
 from gateway.fronts.openwebui import OpenWebUIEncoder, ends_with_note
@@ -52,7 +52,7 @@ from gateway.ops.config import Config, extra_roots
 from gateway.proxy.delivery import Delivery
 from gateway.proxy.health import GatewayHealth, install_operator_routes
 from gateway.proxy.identity import Identity, identify, identity_hint, requested_mode
-from gateway.proxy.stream import RemoteRunSource, RunEventStage, gateway_error
+from gateway.proxy.stream import RemoteRunSource, RunEventStage, gateway_down, gateway_error
 from gateway.stream.relay import Relay, RelayOptions
 
 __all__ = ["ProxyApp", "ProxyState", "create_proxy_app"]
@@ -108,13 +108,6 @@ class ProxyState:
 
 class ProxyApp(ServiceApp):
     proxy: ProxyState
-
-
-def _gateway_down(exc: Exception) -> UpstreamError:
-    return UpstreamError(
-        "The artifact gateway behind this proxy is not answering; check that `gateway run` is up.",
-        code="gateway_unreachable",
-    )
 
 
 def create_proxy_app(
@@ -199,7 +192,7 @@ async def _model_list(ps: ProxyState) -> dict[str, Any]:
             return ps.models
         if isinstance(exc, GatewayError):
             raise
-        raise _gateway_down(exc) from exc
+        raise gateway_down(ps.client.base_url, exc) from exc
     ps.models = listing
     return listing
 
@@ -229,7 +222,7 @@ async def _stream(ps: ProxyState, body: dict[str, Any], ident: Identity, mode: s
     try:
         r = await ps.client.post("/v1/runs", json=run_body, headers=ps.gateway_headers(owner, mode))
     except httpx.HTTPError as exc:
-        raise _gateway_down(exc) from exc
+        raise gateway_down(ps.client.base_url, exc) from exc
     if r.status_code != 202:
         raise await gateway_error(r, ps.scrub)
     run_id = loads_bounded(r.content, 16)["run_id"]
@@ -274,7 +267,7 @@ async def _background_task(
             timeout=httpx.Timeout(10.0, read=ps.config.upstream.idle_timeout_seconds),
         )
     except httpx.HTTPError as exc:
-        raise _gateway_down(exc) from exc
+        raise gateway_down(ps.client.base_url, exc) from exc
     if r.status_code != 200:
         raise await gateway_error(r, ps.scrub)
     data = loads_bounded(r.content, max_json_depth(ps.config))

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import trio
 
+from gateway.clients.httpclient import report
 from gateway.clients.sources import abandon
 from gateway.clients.upstream import retry_after_seconds
 from gateway.core.checks import check_name, check_usage, loads_bounded
@@ -33,7 +34,7 @@ from gateway.core.rewrite import StreamRewriter, rewrite
 from gateway.core.sse import SSEDecoder
 from gateway.proxy.delivery import Delivery
 
-__all__ = ["RemoteRunSource", "RunEventStage", "gateway_error"]
+__all__ = ["RemoteRunSource", "RunEventStage", "gateway_down", "gateway_error"]
 
 _CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 #: an artifact id: random base64url (it may start with - or _)
@@ -48,11 +49,18 @@ def _message(err: dict[str, Any], default: str) -> str:
     return message if isinstance(message, str) and message else default
 
 
-def _gateway_down() -> UpstreamError:
-    return UpstreamError(
-        "The artifact gateway behind this proxy is not answering; check that `gateway run` is up.",
+def gateway_down(base_url: object, exc: BaseException) -> UpstreamError:
+    """502 ``gateway_unreachable`` naming the gateway's URL (``proxy.gateway_url``,
+    without credentials), logged once per URL every minute with the cause."""
+    parts = urllib.parse.urlsplit(str(base_url))
+    url = urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    err = UpstreamError(
+        f"The artifact gateway behind this proxy ({url}) is not answering; check that "
+        "`gateway run` is up there, or proxy.gateway_url.",
         code="gateway_unreachable",
     )
+    report(err, url, f"{type(exc).__name__}: {exc}"[:300])
+    return err
 
 
 async def gateway_error(resp: httpx.Response, scrub: Any = rewrite) -> GatewayError:
@@ -115,7 +123,7 @@ class RemoteRunSource:
         try:
             resp = await self._client.send(req, stream=True)
         except httpx.HTTPError as exc:
-            raise _gateway_down() from exc
+            raise gateway_down(self._client.base_url, exc) from exc
         if resp.status_code != 200:
             try:
                 raise await gateway_error(resp, self._scrub)

@@ -18,6 +18,7 @@ import gc
 import hashlib
 import hmac
 import json
+import logging
 import re
 import socket
 import time
@@ -821,9 +822,14 @@ async def test_bad_input_jwt_mode(nursery: trio.Nursery, tmp_path: Path) -> None
         assert resp.status_code == 200, resp.text
 
 
-async def test_gateway_down(nursery: trio.Nursery, tmp_path: Path) -> None:
-    """proxy.gateway_url points at a closed port: a clear 502, and /health says so."""
-    cfg = proxy_config(tmp_path, "http://127.0.0.1:9/v1", f"http://127.0.0.1:{closed_port()}")
+async def test_gateway_down(
+    nursery: trio.Nursery, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """proxy.gateway_url points at a closed port: a clear 502 naming the URL and the
+    setting, one warning in the proxy's log (it had only the access line), and /health
+    says so."""
+    down = f"http://127.0.0.1:{closed_port()}"
+    cfg = proxy_config(tmp_path, "http://127.0.0.1:9/v1", down)
     px = await start_proxy(nursery, cfg)
     async with px.client(key=None) as c:
         for stream in (True, False):
@@ -833,11 +839,14 @@ async def test_gateway_down(nursery: trio.Nursery, tmp_path: Path) -> None:
             err = error_of(resp)
             assert err["code"] == "gateway_unreachable"
             assert "gateway" in err["message"] and "gateway run" in err["message"]
+            assert down in err["message"] and "proxy.gateway_url" in err["message"]
         resp = await c.get("/v1/models", headers=owui_headers())
         assert (resp.status_code, error_of(resp)["code"]) == (502, "gateway_unreachable")
         health = await c.get("/health")
     assert health.status_code == 200
     assert health.json()["gateway"] == "unreachable"
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert [m for m in warned if "gateway_unreachable" in m and down in m], warned
     assert health.json()["status"] == "ok"
 
 

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 import trio
 
-from gateway.cli.diagnose import diagnose
+from gateway.cli.diagnose import check_database, diagnose
 from gateway.clients import httpclient
 from gateway.clients.upstream import Upstream
 from gateway.core.errors import GatewayError
 from gateway.ops.config import UpstreamConfig
-from tests.conftest import ALICE_KEY, make_config, start_demo_upstream, start_gateway
+from tests.conftest import ALICE_KEY, PROXY_KEY, make_config, start_demo_upstream, start_gateway
 
 KEY = "sk-upstream-secret-0123456789"
 TLS = Path(__file__).parent.parent / "data" / "tls"
@@ -197,7 +197,8 @@ async def test_readiness_and_doctor_say_why(
         assert all(w in checks["upstream_detail"] for w in words)
         assert KEY not in ready.text
         findings = await diagnose(cfg, 5.0)
-    upstream, openwebui, database = findings
+    upstream, openwebui, gateway, database = findings
+    assert gateway.ok is None  # (no proxy configured)
     assert upstream.ok is False and code in upstream.text and KEY not in upstream.text
     assert all(w in upstream.line() for w in words)
     assert openwebui.ok is None and database.ok is True
@@ -214,7 +215,7 @@ async def test_a_right_base_url_is_ready_and_doctor_says_ok(
             ready = await c.get("/health/ready")
         assert ready.status_code == 200 and ready.json()["checks"]["upstream"] == "ok"
         assert "upstream_detail" not in ready.json()["checks"]
-        upstream, openwebui, database = await diagnose(cfg, 5.0)
+        upstream, openwebui, _, database = await diagnose(cfg, 5.0)
     assert upstream.ok and "model(s)" in upstream.line() and upstream.line().startswith("ok")
     # Open WebUI's URL points at a web page that is not Open WebUI: said so
     assert openwebui.ok is False and "HTML page" in openwebui.text
@@ -228,6 +229,41 @@ async def test_doctor_says_when_open_webui_is_down(tmp_path: Path) -> None:
         f"http://127.0.0.1:{refused_port()}/v1",
         proxy={"openwebui_url": f"http://127.0.0.1:{refused_port()}"},
     )
-    upstream, openwebui, _ = await diagnose(cfg, 2.0)
+    upstream, openwebui, _, _ = await diagnose(cfg, 2.0)
     assert upstream.ok is False and openwebui.ok is False
     assert "upstream_refused" in openwebui.text and "Open WebUI" in openwebui.text
+
+
+async def test_doctor_tries_the_proxys_gateway_with_its_key(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    """With a proxy configured (``proxy.gateway_key``), doctor asks its gateway: down
+    (refused, naming proxy.gateway_url), up with the key, up refusing a wrong key. The
+    proxy's link to the gateway went undiagnosed before (new operator)."""
+    up = await start_demo_upstream(nursery, tmp_path)
+    down = f"http://127.0.0.1:{refused_port()}"
+    cfg = make_config(
+        tmp_path, up.url + "/v1", proxy={"gateway_url": down, "gateway_key": PROXY_KEY}
+    )
+    _, _, gateway, _ = await diagnose(cfg, 2.0)
+    assert gateway.ok is False and "upstream_refused" in gateway.text
+    assert "proxy.gateway_url" in gateway.text and "gateway run" in gateway.text
+    gw = await start_gateway(nursery, cfg)
+    for key, ok in ((PROXY_KEY, True), ("not-the-proxy-key-0123456789", False)):
+        cfg2 = make_config(
+            tmp_path, up.url + "/v1", proxy={"gateway_url": gw.url, "gateway_key": key}
+        )
+        _, _, gateway, _ = await diagnose(cfg2, 5.0)
+        assert gateway.ok is ok, gateway.text
+        assert key not in gateway.text
+    assert "refused proxy.gateway_key" in gateway.text
+
+
+def test_doctor_before_the_first_start_makes_nothing(tmp_path: Path) -> None:
+    """No database yet (SQLite): fine, `gateway run` makes it; doctor creates neither
+    the state folder nor the file (it said FAIL "schema 0" and made both)."""
+    state = tmp_path / "fresh" / "state"
+    cfg = make_config(tmp_path, "http://127.0.0.1:9/v1", state_dir=str(state))
+    finding = check_database(cfg)
+    assert finding.ok is True and "gateway run" in finding.text
+    assert not (tmp_path / "fresh").exists()
