@@ -187,7 +187,7 @@ CHAT_REQUEST: Obj = {
     "required": ["model", "messages"],
     "properties": {
         "model": {"type": "string", "minLength": 1},
-        "messages": {"type": "array", "items": _ref("Message")},
+        "messages": {"type": "array", "minItems": 1, "items": _ref("Message")},
         "stream": {"type": "boolean"},
         "session_id": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
         "download_link_mode": {"enum": ["private", "public"]},
@@ -326,10 +326,10 @@ OPTIONS: Obj = {
 def _chat_paths() -> Obj:
     responses_request: Obj = {
         "type": "object",
-        "required": ["input"],
+        "required": ["model", "input"],
         "properties": {
-            "model": {"type": "string"},
-            "input": {"type": ["string", "array"]},
+            "model": {"type": "string", "minLength": 1},
+            "input": {"type": ["string", "array"], "items": {"type": "object"}},
             **OPTIONS,
             "store": {"type": "boolean"},
             "stream": {"type": "boolean"},
@@ -391,12 +391,14 @@ def _chat_paths() -> Obj:
 def _runs_paths() -> Obj:
     run_request: Obj = {
         "type": "object",
+        # a run needs one of them (``messages`` wins when both are there)
+        "anyOf": [{"required": ["input"]}, {"required": ["messages"]}],
         "properties": {
-            "model": {"type": "string"},
-            "input": {"type": "string"},
-            "messages": {"type": "array", "items": _ref("Message")},
+            "model": {"type": "string", "minLength": 1},
+            "input": {"type": "string", "minLength": 1},
+            "messages": {"type": "array", "minItems": 1, "items": _ref("Message")},
             **OPTIONS,
-            "session_id": {"type": "string"},
+            "session_id": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
             "download_link_mode": {"enum": ["private", "public"]},
             "metadata": {"type": "object"},
         },

@@ -89,3 +89,33 @@ async def test_each_server_serves_its_document(apps: dict[str, Any]) -> None:
             assert resp.status_code == 200
             assert resp.content_type == "application/json"
             assert await resp.get_json() == document()
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"model": "m", "messages": []}),
+        ("/v1/responses", {"input": "hi"}),
+        ("/v1/responses", {"model": "m", "input": [["not", "an", "item"]]}),
+        ("/v1/runs", {}),
+        ("/v1/runs", {"input": "x", "session_id": "a b"}),
+    ],
+)
+def test_requests_the_server_refuses_are_invalid_by_the_document(
+    path: str, body: dict[str, object]
+) -> None:
+    """A schema-valid request the server answers 400 is a broken promise (a new
+    operator's stock schemathesis run found empty messages, Responses without a model,
+    a run with neither input nor messages)."""
+    import jsonschema
+
+    doc = api_document()
+    schema = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    validator = jsonschema.Draft202012Validator({**schema, "components": doc["components"]})
+    assert not validator.is_valid(body), (path, body)
+    good = {
+        "/v1/chat/completions": {"model": "m", "messages": [{"role": "user", "content": "x"}]},
+        "/v1/responses": {"model": "m", "input": "x"},
+        "/v1/runs": {"input": "x"},
+    }[path]
+    assert validator.is_valid(good)
