@@ -222,7 +222,8 @@ async def _drain_on_signal(
             _exit_now("second signal during the drain")
         drain_started.append(trio.current_time())
         log.info(
-            "received %s: draining (in-flight requests get %.1f s, hard exit at %.1f s)",
+            "received %s: draining (streams end now; other requests get %.1f s; hard exit "
+            "at %.1f s)",
             signal.Signals(signum).name,
             grace,
             drain_timeout,

@@ -497,6 +497,8 @@ class ArtifactsConfig:
 
     @staticmethod
     def _finish(values: dict[str, Any], given: Collection[str], prefix: str, ctx: Ctx) -> None:
+        if "roots" not in given and ({"shared_roots", "scopes"} & set(given)):
+            values["roots"] = ()  # the folders given are the ones meant: no default too
         if not (values["roots"] or values["shared_roots"] or values["scopes"]):
             raise ctx.error(
                 f"{prefix}.roots",

@@ -1014,3 +1014,12 @@ def test_links_follow_the_bind_unless_public_base_url_is_set(bind: str, url: str
 def test_links_follow_a_bind_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GATEWAY_BIND", "127.0.0.1:8777")
     assert load(None).config.server.public_base_url == "http://127.0.0.1:8777"
+
+
+def test_shared_roots_alone_leave_no_default_root(tmp_path: Path) -> None:
+    """Only shared_roots given: the default per-principal root is not added (config
+    check warned about ~/.agent/artifacts/{principal}, a folder the operator never
+    asked for)."""
+    cfg = config_from_dict({"artifacts": {"shared_roots": [str(tmp_path)]}})
+    assert cfg.artifacts.roots == ()
+    assert config_from_dict({}).artifacts.roots  # the default stays for a file without any
