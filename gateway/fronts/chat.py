@@ -357,15 +357,23 @@ class ChatEncoder:
         return log.text() if log is not None else ""
 
 
+#: the most characters of text a collected answer keeps (a non-streamed upstream answer
+#: is read up to 64 MiB too); beyond it the answer is refused, memory stays bounded
+MAX_COLLECTED_CHARS = 64 * 1024 * 1024
+
+
 class ChatCollector:
     """A front that sends nothing: it keeps the answer's events, and ``final`` is the
     non-streamed ``chat.completion`` built from them once the stream ended (an agent's
-    chat stream read whole, so the files its tools report reach the manifest)."""
+    chat stream read whole, so the files its tools report reach the manifest). An
+    answer of more than :data:`MAX_COLLECTED_CHARS` is not kept: ``too_large``."""
 
     def __init__(self, encoder: ChatEncoder) -> None:
         self.encoder = encoder
         self.events: list[Event] = []
         self.final: dict[str, Any] | None = None
+        self.chars = 0
+        self.too_large = False
 
     def start(self) -> bytes:
         return b""
@@ -374,12 +382,19 @@ class ChatCollector:
         return b""
 
     def encode(self, events: list[Event]) -> bytes:
-        self.events.extend(events)
+        if not self.too_large:
+            self.chars += sum(len(e.text) for e in events if type(e) is Text)
+            self.too_large = self.chars > MAX_COLLECTED_CHARS
+            if self.too_large:
+                self.events = []
+            else:
+                self.events.extend(events)
         return b""
 
     def end(self, events: list[Event], manifest: dict[str, Any]) -> bytes:
-        self.events.extend(events)
-        self.final = completion_object(self.encoder, self.events, manifest)
+        self.encode(events)
+        if not self.too_large:
+            self.final = completion_object(self.encoder, self.events, manifest)
         self.events = []
         return b""
 

@@ -457,3 +457,28 @@ async def test_a_chat_only_server_without_capabilities_is_no_warning(
     assert r.status_code == 200, r.text
     warned = [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.WARNING]
     assert not [m for m in warned if "capabilities" in m or "base_url" in m], warned
+
+
+async def test_a_collected_answer_is_bounded(
+    nursery: trio.Nursery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A non-streamed chat answer read from an agent's stream is held until its end:
+    beyond the bound (64 Mi characters, as a non-streamed upstream answer) it is refused
+    with a clear 502, and what was held is let go."""
+    from gateway.fronts import chat as chat_front
+
+    monkeypatch.setattr(chat_front, "MAX_COLLECTED_CHARS", 1000)
+    agent = HostileAgent()
+    chunks = [_chat_chunk({"content": "x" * 300}) for _ in range(5)]
+    agent.on("POST /v1/chat/completions", chat_stream(*chunks, _chat_chunk({}, "stop")))
+    gw = await native_gw(nursery, tmp_path, agent)
+    msgs = [{"role": "user", "content": "go"}]
+    async with gw.client() as c:
+        r = await c.post("/v1/chat/completions", json={"model": "agent", "messages": msgs})
+        assert r.status_code == 502, r.text
+        assert r.json()["error"]["code"] == "upstream_bad_response"
+        assert "stream: true" in r.json()["error"]["message"]
+        ok = await c.post(
+            "/v1/chat/completions", json={"model": "agent", "messages": msgs, "stream": True}
+        )
+        assert ok.status_code == 200 and ok.text.count("x" * 300) == 5

@@ -21,7 +21,9 @@ from gateway.api.routes._common import (
     to_response,
 )
 from gateway.api.state import GatewayState, current
+from gateway.core.errors import UpstreamError
 from gateway.fronts.chat import (
+    MAX_COLLECTED_CHARS,
     ChatCollector,
     ChatEncoder,
     completion_object,
@@ -75,7 +77,12 @@ async def chat_reply(st: GatewayState, req: Incoming) -> Reply:
         resp = await open_upstream(st, st.upstream.chat_content(ubody), pid, req)
         collector = ChatCollector(front)
         await collect(st, resp, pipeline, collector, on_outcome=remember)
-        assert collector.final is not None
+        if collector.final is None:  # (too large to hold)
+            raise UpstreamError(
+                f"The upstream's answer is longer than {MAX_COLLECTED_CHARS:,} characters; "
+                "ask for it streamed (stream: true).",
+                code="upstream_bad_response",
+            )
         return JSONReply(collector.final)
     if not stream:
         data = await st.upstream.chat(ubody, pid)
