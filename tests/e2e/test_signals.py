@@ -298,7 +298,8 @@ def test_dev_py_test_stops_a_trio_test_and_runs_no_other(
     assert not script.tree.survivors()
 
 
-@pytest.mark.parametrize("installer", ["tests/e2e/owui/install.py", "tests/e2e/hermes/install.py"])
+# (the Hermes installer: tests/e2e/hermes/test_install.py, the same moments)
+@pytest.mark.parametrize("installer", ["tests/e2e/owui/install.py"])
 @pytest.mark.parametrize(
     ("moment", "signum"),
     [
@@ -311,8 +312,8 @@ def test_install_scripts_stop_with_their_children(
     start: Callable[..., Script], tmp_path: Path, moment: str, signum: int, installer: str
 ) -> None:
     """Each installer in a cache of its own (XDG_CACHE_HOME): the shared one is
-    untouched; no apt-get on its PATH (a missing Chromium is only reported). Each dies
-    by the signal (the Hermes installer exited 143 instead)."""
+    untouched; no apt-get on its PATH (a missing Chromium is only reported). It dies by
+    the signal."""
     cache, no_tools = tmp_path / "cache", tmp_path / "empty-path"
     no_tools.mkdir()
     script = start([PYTHON3, installer], XDG_CACHE_HOME=str(cache), PATH=str(no_tools))
