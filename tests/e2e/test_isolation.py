@@ -36,6 +36,7 @@ from tests.conftest import (
     start_gateway,
     start_proxy,
 )
+from tests.hostile_agent import CAPABILITIES
 
 LINK = "/v1/artifacts/"
 
@@ -133,21 +134,6 @@ def run_events(path: str) -> bytes:
         ("", {"event": "message.delta", "run_id": "r1", "delta": f"Wrote {path}."}),
         ("", {"event": "run.completed", "run_id": "r1", "output": f"Wrote {path}.", "usage": {}}),
     )
-
-
-CAPABILITIES = {
-    "object": "hermes.api_server.capabilities",
-    "features": {
-        f: True
-        for f in (
-            "responses_api",
-            "responses_streaming",
-            "run_submission",
-            "run_events_sse",
-            "run_stop",
-        )
-    },
-}
 
 
 def agent(path: Callable[[], str], sent: list[bytes]) -> ScriptedTransport:

@@ -27,6 +27,7 @@ from gateway.core.sse import SSEDecoder, SSEEvent
 from gateway.fronts.responses import ResponsesEncoder
 from gateway.fronts.runs import RunEncoder
 from gateway.stream.native import NativeApis, ResponsesEventsPipeline, RunEventsPipeline, chat_usage
+from tests.hostile_agent import CAPABILITIES
 from tests.pipegen import StubLinks, run_sync
 
 #: the keys the stages read, and a few they must not
@@ -253,19 +254,7 @@ async def test_capabilities_choose_the_relay() -> None:
     now = [0.0]
     auto = NativeApis("auto", probe, clock=lambda: now[0])
     assert not await auto.responses()  # no document: chat only
-    docs[0] = {
-        "object": "hermes.api_server.capabilities",
-        "features": {
-            f: True
-            for f in (
-                "responses_api",
-                "responses_streaming",
-                "run_submission",
-                "run_events_sse",
-                "run_stop",
-            )
-        },
-    }
+    docs[0] = CAPABILITIES
     assert not await auto.runs()  # cached until it is asked again
     now[0] += 31
     assert await auto.responses() and await auto.runs()
